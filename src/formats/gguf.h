@@ -18,19 +18,42 @@ namespace flint::formats {
 
 // GGUF metadata value types, numbered as in the file format.
 enum class GgufValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // ggml tensor types we read (numbered as in ggml.h).
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27,
-  kF64 = 28, kBF16 = 30, kNVFP4 = 40,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kBF16 = 30,
+  kNVFP4 = 40,
 };
 
 // The DType for a ggml type, or an error naming the type for ones we cannot use.
 Result<DType> dtype_from_ggml(uint32_t ggml_type);
+// The ggml type of `t`; aborts for F8_E4M3 and U8, which ggml lacks (see ggml_type_supported).
 GgmlType ggml_from_dtype(DType t);
+bool ggml_type_supported(DType t);
 
 struct GgufValue;
 using GgufArray = std::vector<GgufValue>;
@@ -51,9 +74,9 @@ struct GgufValue {
   static GgufValue array(GgufValueType elem, GgufArray items);
 
   // Checked accessors: an error names what was expected and what was found.
-  Result<uint64_t> as_uint() const;   // any unsigned/signed integer >= 0
-  Result<int64_t> as_int() const;     // any integer that fits
-  Result<double> as_float() const;    // f32/f64 or integer
+  Result<uint64_t> as_uint() const;  // any unsigned/signed integer >= 0
+  Result<int64_t> as_int() const;    // any integer that fits
+  Result<double> as_float() const;   // f32/f64 or integer
   Result<bool> as_bool() const;
   Result<std::string> as_string() const;
   const GgufArray* as_array() const;  // nullptr unless an array
@@ -63,8 +86,8 @@ struct GgufTensorInfo {
   std::string name;
   uint32_t ggml_type = 0;
   DType dtype = DType::kF32;
-  std::vector<int64_t> ne;   // ggml order: ne[0] is the innermost (contiguous) dim
-  uint64_t offset = 0;       // relative to the data section
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the innermost (contiguous) dim
+  uint64_t offset = 0;      // relative to the data section
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
 
@@ -86,6 +109,9 @@ class GgufFile {
   const GgufValue* find(const std::string& key) const;
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(const std::string& name) const;
+  // The F32 `<tensor_name>.scale` companion (an NVFP4 tensor's global scale: {1}, or {n_expert}
+  // for merged expert tensors), or nullptr if there is none.
+  const GgufTensorInfo* find_scale(const std::string& tensor_name) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -1,6 +1,7 @@
 // safetensors reader (zero-copy over MappedFile), single file or sharded via
 // model.safetensors.index.json, plus a writer for tools and tests.
-// Test partner: tests/unit/formats/safetensors_test.cpp, tests/python/formats/test_safetensors_interop.py.
+// Test partner: tests/unit/formats/safetensors_test.cpp,
+// tests/python/formats/test_safetensors_interop.py.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct SafetensorsTensor {
   std::vector<int64_t> shape;  // PyTorch order
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;
-  std::string file;            // which shard it came from (for error messages)
+  std::string file;  // which shard it came from (for error messages)
 };
 
 // One or more safetensors files viewed as one name -> tensor table.
@@ -50,7 +51,8 @@ struct SafetensorsWriteTensor {
   const void* data;  // dtype_bytes_for(dtype, prod(shape)) bytes
 };
 
-Status write_safetensors(const std::string& path, const std::vector<SafetensorsWriteTensor>& tensors,
+Status write_safetensors(const std::string& path,
+                         const std::vector<SafetensorsWriteTensor>& tensors,
                          const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace flint::formats
