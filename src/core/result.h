@@ -132,10 +132,11 @@ inline Status ok() { return Status(); }
   } while (0)
 
 // Declares `var` from the value of `expr`, or returns its error.
-#define FLINT_ASSIGN_OR_RETURN(var, expr)                      \
-  auto FLINT_CONCAT_(flint_r_, __LINE__) = (expr);             \
-  if (!FLINT_CONCAT_(flint_r_, __LINE__))                      \
-    return FLINT_CONCAT_(flint_r_, __LINE__).error();          \
-  var = std::move(FLINT_CONCAT_(flint_r_, __LINE__)).value()
+#define FLINT_ASSIGN_OR_RETURN(var, expr) \
+  FLINT_ASSIGN_OR_RETURN_IMPL_(FLINT_CONCAT_(flint_r_, __COUNTER__), var, expr)
+#define FLINT_ASSIGN_OR_RETURN_IMPL_(tmp, var, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp) return std::move(tmp).error();           \
+  var = std::move(tmp).value()
 #define FLINT_CONCAT_INNER_(a, b) a##b
 #define FLINT_CONCAT_(a, b) FLINT_CONCAT_INNER_(a, b)
