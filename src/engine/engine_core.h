@@ -1,0 +1,141 @@
+// EngineCore: the single-threaded heart of the engine. It owns the requests, the scheduler state
+// (waiting and running sequences), the KvManager and the backend, and runs one step at a time:
+// schedule, fill StepInput, forward, sample, detokenize, emit outputs. Not thread-safe; Engine runs
+// it on its thread, and tests drive it directly. Test: tests/unit/engine/engine_core_test.cpp.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/kv_manager.h"
+#include "engine/logits_processor.h"
+#include "engine/output_text.h"
+#include "model/backend.h"
+
+namespace flint::engine {
+
+struct RequestState;
+
+// One choice of a request: its tokens, KV pages and ring, and sampling state.
+struct Sequence {
+  RequestState* req = nullptr;
+  int index = 0;
+  uint64_t order = 0;           // FCFS order (arrival, then choice index)
+  std::vector<int32_t> tokens;  // [num_prompt + num_output]
+  int num_prompt = 0;
+  int num_computed = 0;        // tokens whose KV is in the cache
+  std::vector<int32_t> pages;  // full-layer pages covering [0, num_computed + scheduled)
+  int32_t ring = -1;
+  int num_registered_blocks = 0;         // full blocks offered to the prefix cache
+  std::vector<int> snapshot_boundaries;  // ascending token counts at which to snapshot the ring
+  bool running = false;
+  bool finished = false;
+  Rng rng;
+  PenaltyState penalties;
+  std::optional<OutputText> text;
+  CompletionDelta delta;  // accumulated since the last output
+  bool has_delta = false;
+  Clock::time_point last_token_time;
+
+  int num_output() const { return static_cast<int>(tokens.size()) - num_prompt; }
+};
+
+struct RequestState {
+  Request request;
+  ResolvedSampling sampling;
+  std::function<void(RequestOutput)> sink;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  int max_tokens = 0;
+  int num_unfinished = 0;
+  int num_cached_tokens = 0;
+  bool sent_first = false;
+  bool admitted = false;  // choice 0 has been admitted once
+  std::optional<Clock::time_point> first_token_time;
+  // Prompt logprobs (choice 0 computes them): entry i is for prompt token i; entry 0 stays empty.
+  std::vector<PositionLogprobs> prompt_logprobs;
+  int prompt_logprobs_done = 1;  // entries [1, done) are filled
+  bool dirty = false;            // has news for the caller this step
+};
+
+class EngineCore {
+ public:
+  using Sink = std::function<void(RequestOutput)>;
+
+  // Resolves max_model_len and the KV sizes from config and the model, and allocates the KV cache.
+  static Result<std::unique_ptr<EngineCore>> create(EngineConfig config,
+                                                    std::unique_ptr<model::Backend> backend,
+                                                    std::shared_ptr<const TokenDecoder> decoder);
+
+  // Checks a request against the model and limits. Reads only what create() fixed, so it may run
+  // on any thread.
+  Status validate(const Request& request) const;
+  // Queues a validated request. Its outputs go to `sink`.
+  Status add_request(Request request, Sink sink);
+  // Finishes a request with "abort" now, freeing its pages and ring. Returns false if unknown.
+  bool abort(const std::string& request_id);
+  // Aborts everything (engine shutdown).
+  void abort_all();
+
+  bool has_work() const { return !requests_.empty(); }
+  // One scheduling step and forward pass; outputs are delivered to the sinks before it returns.
+  void step();
+
+  EngineStats stats() const;
+  LatencySamples take_latency_samples();
+  const EngineConfig& config() const { return config_; }
+  const model::FlintConfig& model_config() const { return backend_->config(); }
+  const KvManager& kv() const { return *kv_; }
+  // The StepInput of the most recent step (for tests).
+  const model::StepInput& last_step() const { return step_; }
+
+ private:
+  struct Scheduled {
+    Sequence* seq;
+    int num_new;
+  };
+  EngineCore() = default;
+  std::vector<Scheduled> schedule();
+  bool try_admit(Sequence* seq, int* budget, std::vector<Scheduled>* out);
+  int clamp_chunk(const Sequence& seq, int num_new) const;
+  bool grow_pages(Sequence* seq, int num_tokens);
+  void preempt(Sequence* seq);
+  void release_kv(Sequence* seq);
+  void build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
+                  std::vector<int>* first_prompt_row);
+  void process_results(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row,
+                       const std::vector<int>& first_prompt_row);
+  void on_token(Sequence* seq, int32_t token, std::span<const float> processed_logits);
+  void finish_seq(Sequence* seq, FinishReason reason);
+  void fail_scheduled(const std::vector<Scheduled>& sched, const Error& error);
+  void emit_outputs();
+  void record(std::vector<double>& v, double x);
+
+  EngineConfig config_;
+  std::unique_ptr<model::Backend> backend_;
+  std::shared_ptr<const TokenDecoder> decoder_;
+  std::unique_ptr<KvManager> kv_;
+  std::vector<int32_t> eos_ids_;
+  bool has_sliding_ = false;
+  int64_t vocab_size_ = 0;
+  uint64_t next_order_ = 0;
+
+  std::unordered_map<std::string, std::unique_ptr<RequestState>> requests_;
+  std::deque<Sequence*> waiting_;        // FCFS; preempted sequences go back to the front
+  std::vector<Sequence*> running_;       // admission order
+  std::vector<RequestState*> finished_;  // finished this step, freed after emitting
+  std::optional<Error> failed_error_;    // why this step's requests failed, if it did
+
+  model::StepInput step_;
+  std::vector<float> logits_;
+
+  EngineStats counters_;
+  LatencySamples samples_;
+};
+
+}  // namespace flint::engine

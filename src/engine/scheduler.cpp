@@ -1,0 +1,225 @@
+// EngineCore's scheduler: FCFS continuous batching with chunked prefill under
+// max_num_batched_tokens and max_num_seqs, page allocation with preemption by recompute,
+// prefix-cache admission, the StepInput fill, and the handling of a step's logits. Test:
+// tests/unit/engine/scheduler_test.cpp.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "engine/engine_core.h"
+
+namespace flint::engine {
+
+int EngineCore::clamp_chunk(const Sequence& seq, int num_new) const {
+  // Stop a prefill chunk at the next snapshot boundary so the ring can be copied exactly there.
+  if (!config_.enable_prefix_caching || !has_sliding_) return num_new;
+  for (int b : seq.snapshot_boundaries)
+    if (b > seq.num_computed) return std::min(num_new, b - seq.num_computed);
+  return num_new;
+}
+
+bool EngineCore::grow_pages(Sequence* seq, int num_tokens) {
+  const size_t want = static_cast<size_t>((num_tokens + config_.page_size - 1) / config_.page_size);
+  while (seq->pages.size() < want) {
+    std::optional<int32_t> p = kv_->allocate_page();
+    if (!p) return false;
+    seq->pages.push_back(*p);
+  }
+  return true;
+}
+
+void EngineCore::preempt(Sequence* seq) {
+  spdlog::debug("engine: preempting {}#{} at {} tokens", seq->req->request.request_id, seq->index,
+                seq->tokens.size());
+  release_kv(seq);
+  seq->num_computed = 0;
+  seq->num_registered_blocks = 0;
+  seq->running = false;
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  waiting_.push_front(seq);
+  ++counters_.num_preemptions;
+}
+
+bool EngineCore::try_admit(Sequence* seq, int* budget, std::vector<Scheduled>* out) {
+  std::optional<int32_t> ring = kv_->allocate_ring();
+  if (!ring) return false;
+  RequestState* req = seq->req;
+  const int num_tokens = static_cast<int>(seq->tokens.size());
+  KvManager::PrefixHit hit;
+  const bool wants_prompt_logprobs = seq->index == 0 && req->request.params.prompt_logprobs &&
+                                     req->prompt_logprobs_done < seq->num_prompt;
+  if (config_.enable_prefix_caching && !wants_prompt_logprobs) {
+    // At least one token must be computed to produce logits, hence (num_tokens - 1).
+    hit = kv_->lookup(seq->tokens, (num_tokens - 1) / config_.page_size);
+  }
+  if (hit.num_chain_tokens > hit.num_tokens) {
+    // The full-layer pages match further than any sliding snapshot: snapshot this sequence's ring
+    // where the match ends, so the next request with this prefix reuses all of it.
+    auto& bs = seq->snapshot_boundaries;
+    if (std::find(bs.begin(), bs.end(), hit.num_chain_tokens) == bs.end()) {
+      bs.push_back(hit.num_chain_tokens);
+      std::sort(bs.begin(), bs.end());
+    }
+  }
+  const int num_new = clamp_chunk(*seq, std::min(num_tokens - hit.num_tokens, *budget));
+  const int64_t need = (hit.num_tokens + num_new + config_.page_size - 1) / config_.page_size -
+                       static_cast<int64_t>(hit.pages.size());
+  if (kv_->num_allocatable_pages() < need) {
+    kv_->release_pages(hit.pages);
+    kv_->release_ring(*ring);
+    return false;
+  }
+  if (config_.enable_prefix_caching && !wants_prompt_logprobs) {
+    counters_.prefix_cache_queries += num_tokens;
+    counters_.prefix_cache_hits += hit.num_tokens;
+  }
+  if (seq->index == 0 && !req->admitted) {  // what the first admission found, not a recompute's
+    req->num_cached_tokens = hit.num_tokens;
+    req->admitted = true;
+  }
+  seq->ring = *ring;
+  seq->pages = std::move(hit.pages);
+  seq->num_computed = hit.num_tokens;
+  seq->num_registered_blocks = static_cast<int>(seq->pages.size());
+  if (hit.snapshot_ring >= 0) backend_->copy_ring(hit.snapshot_ring, seq->ring);
+  FLINT_CHECK(grow_pages(seq, seq->num_computed + num_new), "engine: page accounting is off");
+  seq->running = true;
+  running_.push_back(seq);
+  out->push_back({seq, num_new});
+  *budget -= num_new;
+  return true;
+}
+
+std::vector<EngineCore::Scheduled> EngineCore::schedule() {
+  std::vector<Scheduled> out;
+  int budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    const int remaining = static_cast<int>(seq->tokens.size()) - seq->num_computed;
+    const int num_new = clamp_chunk(*seq, std::min(remaining, budget));
+    const int64_t need = (seq->num_computed + num_new + config_.page_size - 1) / config_.page_size -
+                         static_cast<int64_t>(seq->pages.size());
+    bool self_preempted = false;
+    while (kv_->num_allocatable_pages() < need) {
+      Sequence* victim = running_.back();  // the most recently admitted gives way
+      preempt(victim);
+      preempted = true;
+      if (victim == seq) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    FLINT_CHECK(grow_pages(seq, seq->num_computed + num_new), "engine: page accounting is off");
+    out.push_back({seq, num_new});
+    budget -= num_new;
+    ++i;
+  }
+  if (!preempted) {
+    while (!waiting_.empty() && budget > 0 &&
+           static_cast<int>(running_.size()) < config_.max_num_seqs) {
+      Sequence* seq = waiting_.front();
+      if (!try_admit(seq, &budget, &out)) break;
+      waiting_.pop_front();
+    }
+  }
+  FLINT_CHECK(!out.empty() || running_.empty() || budget == 0,
+              "engine: nothing scheduled with {} running", running_.size());
+  spdlog::debug("engine: step with {} seqs, {} tokens, {} running, {} waiting", out.size(),
+                config_.max_num_batched_tokens - budget, running_.size(), waiting_.size());
+  return out;
+}
+
+void EngineCore::build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
+                            std::vector<int>* first_prompt_row) {
+  model::StepInput& s = step_;
+  s = model::StepInput{};
+  const int page = config_.page_size;
+  size_t max_blocks = 1;
+  for (const Scheduled& x : sched) max_blocks = std::max(max_blocks, x.seq->pages.size());
+  s.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  s.query_start_loc.push_back(0);
+  sample_row->assign(sched.size(), -1);
+  first_prompt_row->assign(sched.size(), -1);
+  for (size_t i = 0; i < sched.size(); ++i) {
+    const Sequence& seq = *sched[i].seq;
+    const int start = seq.num_computed;
+    const int end = start + sched[i].num_new;
+    const int32_t row0 = s.num_tokens();
+    for (int p = start; p < end; ++p) {
+      s.token_ids.push_back(seq.tokens[p]);
+      s.positions.push_back(p);
+      s.slot_mapping.push_back(seq.pages[p / page] * page + p % page);
+    }
+    s.query_start_loc.push_back(s.num_tokens());
+    s.seq_lens.push_back(end);
+    s.ring_ids.push_back(seq.ring);
+    for (size_t b = 0; b < max_blocks; ++b)
+      s.block_table.push_back(b < seq.pages.size() ? seq.pages[b] : 0);
+    const RequestState& req = *seq.req;
+    if (seq.index == 0 && req.request.params.prompt_logprobs) {
+      // Row p gives the logprob of prompt token p + 1.
+      const int from = std::max(start, req.prompt_logprobs_done - 1);
+      const int to = std::min(end, seq.num_prompt - 1);
+      if (from < to) {
+        (*first_prompt_row)[i] = static_cast<int>(s.logits_indices.size());
+        for (int p = from; p < to; ++p) s.logits_indices.push_back(row0 + (p - start));
+      }
+    }
+    if (end == static_cast<int>(seq.tokens.size())) {
+      (*sample_row)[i] = static_cast<int>(s.logits_indices.size());
+      s.logits_indices.push_back(s.num_tokens() - 1);
+    }
+  }
+}
+
+void EngineCore::process_results(const std::vector<Scheduled>& sched,
+                                 const std::vector<int>& sample_row,
+                                 const std::vector<int>& first_prompt_row) {
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  const int page = config_.page_size;
+  std::vector<float> processed(vocab);
+  std::vector<int32_t> stop_ids;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    Sequence* seq = sched[i].seq;
+    if (seq->finished) continue;
+    RequestState* req = seq->req;
+    const int start = seq->num_computed;
+    seq->num_computed += sched[i].num_new;
+    while ((seq->num_registered_blocks + 1) * page <= seq->num_computed) {
+      kv_->register_block(seq->tokens, seq->num_registered_blocks,
+                          seq->pages[seq->num_registered_blocks]);
+      ++seq->num_registered_blocks;
+    }
+    if (has_sliding_ && std::find(seq->snapshot_boundaries.begin(), seq->snapshot_boundaries.end(),
+                                  seq->num_computed) != seq->snapshot_boundaries.end()) {
+      if (auto ring = kv_->reserve_snapshot(seq->tokens, seq->num_computed / page - 1))
+        backend_->copy_ring(seq->ring, *ring);
+    }
+    if (first_prompt_row[i] >= 0) {
+      const int from = std::max(start, req->prompt_logprobs_done - 1);
+      const int to = std::min(seq->num_computed, seq->num_prompt - 1);
+      for (int p = from; p < to; ++p) {
+        const float* row = logits_.data() + (first_prompt_row[i] + (p - from)) * vocab;
+        req->prompt_logprobs[p + 1] =
+            compute_logprobs(std::span<const float>(row, vocab), seq->tokens[p + 1],
+                             *req->request.params.prompt_logprobs);
+      }
+      req->prompt_logprobs_done = std::max(req->prompt_logprobs_done, to + 1);
+    }
+    if (sample_row[i] < 0) continue;
+    const float* row = logits_.data() + static_cast<size_t>(sample_row[i]) * vocab;
+    std::copy(row, row + vocab, processed.begin());
+    const SamplingParams& params = req->request.params;
+    stop_ids = params.stop_token_ids;
+    if (!params.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
+    apply_logits_processors(processed, params, req->sampling, seq->penalties, seq->num_output(),
+                            stop_ids);
+    const int32_t token = sample_token(processed, req->sampling, seq->rng);
+    on_token(seq, token, processed);
+  }
+}
+
+}  // namespace flint::engine
