@@ -59,6 +59,8 @@ struct FlintWeights {
   // Binds an HF directory (config.json + safetensors, single or sharded). Every missing,
   // unexpected or misshapen tensor is listed in one error.
   static Result<FlintWeights> load_hf(const std::string& dir);
+  // As above, with `config` replacing the directory's config.json when not null.
+  static Result<FlintWeights> load_hf(const std::string& dir, const FlintConfig* config_override);
   // Binds a GGUF file; `config` overrides the GGUF's own metadata (--hf-config-path) if given.
   static Result<FlintWeights> load_gguf(const std::string& path,
                                         const FlintConfig* config_override = nullptr);
