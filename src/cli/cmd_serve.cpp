@@ -1,0 +1,332 @@
+// `flint serve [MODEL]`: the OpenAI-compatible server with vLLM's flag names. The HTTP port opens
+// first (GET /health answers 503 "Loading model"), then the tokenizer, chat template, weights and
+// engine load. Test: tests/python/server/.
+// Needs the server layer (absent on the GPU image): empty without it.
+#ifdef FLINT_HAVE_SERVER
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "backends/cpu/forward.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "formats/gguf.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace flint::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "0.0.0.0";
+  int port = 8000;
+  std::vector<std::string> served_model_names;
+  std::string tokenizer;
+  std::string hf_config_path;
+  std::string max_model_len;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_memory = "1G";
+  std::string load_format = "auto";
+  uint64_t seed = 0;
+  std::vector<std::string> api_keys;
+  std::string chat_template;
+  std::string default_chat_template_kwargs;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
+  bool exclude_tools_when_tool_choice_none = false;
+  bool enable_prefix_caching = true;
+  bool no_enable_prefix_caching = false;
+  std::string generation_config = "auto";
+  int max_num_waiting = 0;
+  int threads = 0;
+  std::string max_request_body = "32M";
+};
+
+// vLLM's human-readable integers: 1k = 1000, 1K = 1024 (also m/M, g/G, t/T).
+Result<int64_t> parse_human_int(const std::string& flag, const std::string& text) {
+  if (text.empty()) return make_error(ErrorCode::kInvalidArgument, "{}: empty value", flag);
+  size_t pos = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: '{}' is not a number", flag, text);
+  }
+  std::string suffix = text.substr(pos);
+  double mult = 1.0;
+  if (suffix.size() == 1) {
+    const char c = suffix[0];
+    const double base = std::islower(static_cast<unsigned char>(c)) ? 1000.0 : 1024.0;
+    const int power = std::string("kmgt").find(static_cast<char>(std::tolower(c))) + 1;
+    if (power == 0) {
+      return make_error(ErrorCode::kInvalidArgument, "{}: unknown suffix '{}' in '{}'", flag,
+                        suffix, text);
+    }
+    mult = std::pow(base, power);
+  } else if (!suffix.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: '{}' is not a number", flag, text);
+  }
+  const double v = value * mult;
+  if (!std::isfinite(v) || v <= 0 || v > 9e18) {
+    return make_error(ErrorCode::kInvalidArgument, "{}: '{}' must be positive", flag, text);
+  }
+  return static_cast<int64_t>(v);
+}
+
+// MODEL defaults to the bundled tiny model: under the working directory, or in the source tree
+// above the binary (build-*/src/cli/flint).
+std::string default_model() {
+  std::error_code ec;
+  const fs::path rel = "models/flint-tiny";
+  if (fs::exists(rel / "config.json", ec)) return rel.string();
+  fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (int up = 0; !ec && up < 6 && !dir.empty(); ++up, dir = dir.parent_path()) {
+    if (fs::exists(dir / rel / "config.json", ec)) return (dir / rel).string();
+    if (dir == dir.parent_path()) break;
+  }
+  return rel.string();
+}
+
+Result<tokenizer::Tokenizer> load_tokenizer(const std::string& path, const std::string& model) {
+  std::error_code ec;
+  const std::string src = path.empty() ? model : path;
+  if (src.ends_with(".gguf")) {
+    FLINT_ASSIGN_OR_RETURN(auto gguf, formats::GgufFile::open(src));
+    return tokenizer::Tokenizer::from_gguf(gguf);
+  }
+  const std::string file =
+      fs::is_directory(src, ec) ? (fs::path(src) / "tokenizer.json").string() : src;
+  return tokenizer::Tokenizer::from_json_file(file);
+}
+
+// Everything the server needs, loaded after the port is open.
+struct Loaded {
+  std::optional<model::FlintWeights> weights;
+  std::optional<tokenizer::Tokenizer> tok;
+  std::unique_ptr<engine::Engine> engine;
+  server::ServingModel serving;
+};
+
+Status load(const ServeArgs& a, Loaded& out) {
+  std::optional<model::FlintConfig> override_cfg;
+  if (!a.hf_config_path.empty()) {
+    auto c = model::FlintConfig::from_hf_path(a.hf_config_path);
+    if (!c) return c.error().with_context("serve: --hf-config-path {}", a.hf_config_path);
+    override_cfg = std::move(*c);
+  }
+  auto tok = load_tokenizer(a.tokenizer, a.model);
+  if (!tok) return tok.error().with_context("serve: tokenizer");
+  out.tok.emplace(std::move(*tok));
+  auto source = tokenizer::load_chat_template_source(a.tokenizer.empty() ? a.model : a.tokenizer,
+                                                     a.chat_template);
+  if (source) {
+    auto tmpl = tokenizer::ChatTemplate::parse(std::move(*source));
+    if (!tmpl) return tmpl.error().with_context("serve: chat template");
+    out.serving.chat_template.emplace(std::move(*tmpl));
+  } else if (source.error().code != ErrorCode::kNotFound || !a.chat_template.empty()) {
+    return source.error().with_context("serve: --chat-template");
+  } else {
+    spdlog::warn("serve: the model has no chat template; /v1/chat/completions will fail");
+  }
+  auto weights = model::FlintWeights::load(a.model, override_cfg ? &*override_cfg : nullptr);
+  if (!weights) return weights.error().with_context("serve: loading {}", a.model);
+  out.weights.emplace(std::move(*weights));
+  model::FlintConfig& cfg = out.weights->config;
+  if (a.generation_config == "vllm") cfg.generation = model::GenerationDefaults{};
+  if (out.tok->vocab_size() > cfg.vocab_size) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: the tokenizer has {} tokens but the model's vocab_size is {}",
+                      out.tok->vocab_size(), cfg.vocab_size);
+  }
+
+  engine::EngineConfig ec;
+  ec.max_num_seqs = a.max_num_seqs;
+  ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  if (!a.max_model_len.empty()) {
+    FLINT_ASSIGN_OR_RETURN(int64_t len, parse_human_int("--max-model-len", a.max_model_len));
+    ec.max_model_len = static_cast<int>(std::min<int64_t>(len, INT32_MAX));
+  }
+  FLINT_ASSIGN_OR_RETURN(ec.kv_cache_memory,
+                         parse_human_int("--kv-cache-memory", a.kv_cache_memory));
+  ec.enable_prefix_caching = a.enable_prefix_caching && !a.no_enable_prefix_caching;
+  ec.seed = a.seed;
+  ec.max_num_waiting = a.max_num_waiting;
+  ec.kv_dtype = DType::kF32;
+  ec.extra_eos_token_ids = cfg.generation.eos_token_ids;
+  if (auto e = out.tok->eos_id()) ec.extra_eos_token_ids.push_back(*e);
+  auto backend = std::make_unique<cpu::CpuBackend>(*out.weights, a.threads);
+  auto decoder = std::make_shared<server::TokenizerDecoder>(*out.tok);
+  auto eng = engine::Engine::create(ec, std::move(backend), decoder);
+  if (!eng) return eng.error().with_context("serve: engine");
+  out.engine = std::move(*eng);
+  out.engine->start();
+  out.serving.engine = out.engine.get();
+  out.serving.tokenizer = &*out.tok;
+  if (auto b = out.tok->bos_id()) out.serving.bos_token = out.tok->id_to_token(*b);
+  if (auto e = out.tok->eos_id()) out.serving.eos_token = out.tok->id_to_token(*e);
+  return ok();
+}
+
+Result<server::ServerConfig> server_config(const ServeArgs& a) {
+  server::ServerConfig sc;
+  sc.host = a.host;
+  sc.port = a.port;
+  sc.model_path = a.model;
+  sc.served_model_names = a.served_model_names;
+  if (sc.served_model_names.empty()) sc.served_model_names.push_back(a.model);
+  sc.api_keys = a.api_keys;
+  if (sc.api_keys.empty()) {
+    if (const char* k = std::getenv("VLLM_API_KEY"); k && *k) sc.api_keys.push_back(k);
+  }
+  FLINT_ASSIGN_OR_RETURN(int64_t body, parse_human_int("--max-request-body", a.max_request_body));
+  sc.max_body_bytes = static_cast<size_t>(body);
+  sc.num_http_threads = std::max(64, a.max_num_seqs + 32);
+  for (const auto& [flag, value] : {std::pair{"--tool-call-parser", a.tool_call_parser},
+                                    std::pair{"--reasoning-parser", a.reasoning_parser}}) {
+    if (!value.empty() && value != "glm47" && value != "glm45") {
+      return make_error(ErrorCode::kInvalidArgument, "serve: {} '{}' is not supported (use glm47)",
+                        flag, value);
+    }
+  }
+  if (a.enable_auto_tool_choice && a.tool_call_parser.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: --enable-auto-tool-choice requires --tool-call-parser");
+  }
+  sc.enable_auto_tool_choice = a.enable_auto_tool_choice;
+  sc.tool_call_parser = a.tool_call_parser;
+  sc.reasoning_parser = a.reasoning_parser;
+  sc.exclude_tools_when_tool_choice_none = a.exclude_tools_when_tool_choice_none;
+  if (!a.default_chat_template_kwargs.empty()) {
+    auto j = nlohmann::ordered_json::parse(a.default_chat_template_kwargs, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "serve: --default-chat-template-kwargs must be a JSON object, got '{}'",
+                        a.default_chat_template_kwargs);
+    }
+    sc.default_chat_template_kwargs = j;
+  }
+  if (a.load_format != "auto") {
+    return make_error(ErrorCode::kUnsupported,
+                      "serve: --load-format '{}' is not supported on the CPU backend (use auto)",
+                      a.load_format);
+  }
+  if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: --gpu-memory-utilization must be in (0, 1], got {}",
+                      a.gpu_memory_utilization);
+  }
+  if (a.generation_config != "auto" && a.generation_config != "vllm") {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: --generation-config must be auto or vllm, got '{}'",
+                      a.generation_config);
+  }
+  return sc;
+}
+
+// Shuts the server down on SIGINT/SIGTERM: a waiting thread turns the signal into stop().
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop.store(true); }
+
+int serve(ServeArgs a) {
+  if (a.model.empty()) a.model = default_model();
+  auto sc = server_config(a);
+  if (!sc) {
+    spdlog::error("{}", sc.error().message);
+    return 1;
+  }
+  std::signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  server::HttpServer http(*sc);
+  if (auto st = http.start(); !st) {
+    spdlog::error("{}", st.error().message);
+    return 1;
+  }
+  std::thread watcher([&http] {
+    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    http.stop();
+  });
+  Loaded loaded;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (auto st = load(a, loaded); !st) {
+    spdlog::error("{}", st.error().message);
+    g_stop.store(true);
+    watcher.join();
+    http.wait();
+    return 1;
+  }
+  spdlog::info("model {} ready in {:.2f}s (max_model_len {}); serving as {}", a.model,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               loaded.engine->config().max_model_len, sc->served_model_names.front());
+  http.set_ready(&loaded.serving);
+  http.wait();
+  g_stop.store(true);
+  watcher.join();
+  loaded.engine->stop();
+  spdlog::info("server stopped");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server (vLLM's flags)");
+  auto a = std::make_shared<ServeArgs>();
+  cmd->add_option("model", a->model, "HF directory or .gguf file (default: models/flint-tiny)");
+  cmd->add_option("--model", a->model, "same as the positional MODEL");
+  cmd->add_option("--host", a->host, "address to listen on");
+  cmd->add_option("--port", a->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--served-model-name", a->served_model_names,
+                  "names the API accepts (first is echoed)");
+  cmd->add_option("--tokenizer", a->tokenizer, "tokenizer.json, its directory, or a .gguf");
+  cmd->add_option("--hf-config-path", a->hf_config_path, "config.json (or its directory) to use");
+  cmd->add_option("--max-model-len", a->max_model_len,
+                  "prompt + output tokens (accepts 32k / 32K)");
+  cmd->add_option("--max-num-seqs", a->max_num_seqs, "sequences per step")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per step")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                  "GPU memory fraction (GPU backend; unused on the CPU)");
+  cmd->add_option("--kv-cache-memory", a->kv_cache_memory,
+                  "KV cache bytes on the CPU (e.g. 512M, 2G)");
+  cmd->add_option("--load-format", a->load_format, "auto");
+  cmd->add_option("--seed", a->seed, "seed for requests that set none");
+  cmd->add_option("--api-key", a->api_keys, "accepted API keys (also VLLM_API_KEY)");
+  cmd->add_option("--chat-template", a->chat_template, "template file or inline Jinja");
+  cmd->add_option("--default-chat-template-kwargs", a->default_chat_template_kwargs,
+                  "JSON object merged under each request's chat_template_kwargs");
+  cmd->add_flag("--enable-auto-tool-choice", a->enable_auto_tool_choice, "allow tool_choice auto");
+  cmd->add_option("--tool-call-parser", a->tool_call_parser, "glm47");
+  cmd->add_option("--reasoning-parser", a->reasoning_parser, "glm47");
+  cmd->add_flag("--exclude-tools-when-tool-choice-none", a->exclude_tools_when_tool_choice_none,
+                "leave tools out of the prompt when tool_choice is none");
+  cmd->add_flag("--enable-prefix-caching", a->enable_prefix_caching,
+                "reuse shared prompt prefixes (default)");
+  cmd->add_flag("--no-enable-prefix-caching", a->no_enable_prefix_caching,
+                "turn prefix caching off");
+  cmd->add_option("--generation-config", a->generation_config,
+                  "auto (use generation_config.json defaults) or vllm (ignore them)");
+  cmd->add_option("--max-num-waiting", a->max_num_waiting,
+                  "queued requests before 503 (0: unlimited)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--threads", a->threads, "CPU backend threads (0: all cores)");
+  cmd->add_option("--max-request-body", a->max_request_body, "largest request body (e.g. 32M)");
+  cmd->callback([a, &exit_code] { exit_code = serve(*a); });
+}
+
+}  // namespace flint::cli
+#endif  // FLINT_HAVE_SERVER
