@@ -1,0 +1,379 @@
+// Decode benchmark behind `flint bench --load-format dummy`. Each configuration captures one
+// decode step (forward + greedy argmax) in a CUDA graph and times replays with events; the
+// median is reported with the bytes the step must read (weights actually selected by the router,
+// plus KV) and the fraction of the read-stream floor measured first.
+#include "backends/cuda/bench.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "backends/cuda/forward.h"
+#include "backends/cuda/kernels/argmax.h"
+#include "backends/cuda/kernels/read_stream.h"
+
+namespace flint::cuda {
+namespace {
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0f : v[v.size() / 2];
+}
+
+// Median GB/s of a read-only stream over 4 GiB (well past the 60 MB L2).
+Result<double> measure_read_floor(cudaStream_t s) {
+  const int64_t bytes = int64_t(4) << 30;
+  FLINT_ASSIGN_OR_RETURN(DeviceBuffer src, DeviceBuffer::allocate(bytes));
+  FLINT_ASSIGN_OR_RETURN(DeviceBuffer sink, DeviceBuffer::allocate(read_stream_blocks() * 4));
+  FLINT_CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, s));
+  cudaEvent_t a, b;
+  FLINT_CUDA_CHECK(cudaEventCreate(&a));
+  FLINT_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> gbs;
+  for (int i = 0; i < 13; ++i) {
+    FLINT_CUDA_CHECK(cudaEventRecord(a, s));
+    read_stream(src.data(), bytes, sink.as<float>(), s);
+    FLINT_CUDA_CHECK(cudaEventRecord(b, s));
+    FLINT_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    FLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 3) gbs.push_back(static_cast<float>(bytes / (ms * 1e6)));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return static_cast<double>(median(gbs));
+}
+
+struct StepBytes {
+  double weights = 0, kv = 0;
+};
+
+// Bytes one decode step must read: every dense weight once, the experts the router picked
+// (union over the batch), the LM head, and each sequence's visible KV.
+StepBytes step_bytes(const DeviceWeights& w, CudaForward& f, int batch, int64_t ctx) {
+  const model::FlintConfig& c = w.config();
+  StepBytes b;
+  const int slots = f.slots();
+  std::vector<int32_t> ids(int64_t(batch) * slots);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const DeviceLayer& L = w.layers()[l];
+    b.weights += L.qkv.matrix_bytes() + L.o.matrix_bytes();
+    if (c.layer_is_dense[l]) {
+      b.weights += L.gate.matrix_bytes() + L.up.matrix_bytes() + L.down.matrix_bytes();
+      continue;
+    }
+    b.weights += L.router.matrix_bytes();
+    FLINT_CUDA_CHECK(cudaMemcpy(ids.data(), f.expert_ids(static_cast<int>(l)), ids.size() * 4,
+                                cudaMemcpyDeviceToHost));
+    const std::set<int32_t> uniq(ids.begin(), ids.end());
+    const double per_expert = static_cast<double>(
+        L.exp_gate.matrix_bytes() + L.exp_up.matrix_bytes() + L.exp_down.matrix_bytes());
+    b.weights += per_expert * static_cast<double>(uniq.size());
+    if (L.has_separate_shared) {
+      b.weights += L.sh_gate.matrix_bytes() + L.sh_up.matrix_bytes() + L.sh_down.matrix_bytes();
+    }
+  }
+  b.weights += w.lm_head().matrix_bytes();
+  const double kv_row = 2.0 * c.num_kv_heads * c.head_dim * 2;  // K and V, bf16
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int64_t keys = c.is_sliding(l) ? std::min(ctx, c.sliding_window) : ctx;
+    b.kv += kv_row * static_cast<double>(keys) * batch;
+  }
+  return b;
+}
+
+// Charges event-timed intervals to op names (one un-captured step).
+class EventTimer final : public OpTimer {
+ public:
+  explicit EventTimer(cudaStream_t s) {
+    events_.push_back(new_event());
+    FLINT_CUDA_CHECK(cudaEventRecord(events_.back(), s));
+  }
+  ~EventTimer() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void mark(const char* op, cudaStream_t s) override {
+    events_.push_back(new_event());
+    FLINT_CUDA_CHECK(cudaEventRecord(events_.back(), s));
+    ops_.push_back(op);
+  }
+  // Milliseconds per op name, in first-seen order.
+  std::vector<std::pair<std::string, float>> totals() {
+    FLINT_CUDA_CHECK(cudaEventSynchronize(events_.back()));
+    std::vector<std::pair<std::string, float>> out;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      float ms = 0;
+      FLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      auto it = std::find_if(out.begin(), out.end(), [&](auto& p) { return p.first == ops_[i]; });
+      if (it == out.end()) {
+        out.emplace_back(ops_[i], ms);
+      } else {
+        it->second += ms;
+      }
+    }
+    return out;
+  }
+
+ private:
+  static cudaEvent_t new_event() {
+    cudaEvent_t e;
+    FLINT_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::string> ops_;
+};
+
+struct Row {
+  std::string dtype;
+  int batch;
+  int64_t ctx;
+  float ms_graph, ms_stream;
+  double gb_weights, gb_kv, floor_gbs;
+  std::vector<std::pair<std::string, float>> ops;  // per-op ms of one un-captured step
+};
+
+Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batch, int64_t ctx,
+                      const BenchOptions& opt, double floor_gbs, cudaStream_t s) {
+  const model::FlintConfig& c = w.config();
+  model::KvCacheSpec spec;
+  spec.page_size = 16;
+  const int64_t blocks_per_seq = ceil_div(ctx, spec.page_size);
+  spec.num_pages = blocks_per_seq * batch;
+  spec.num_rings = batch;
+  FLINT_ASSIGN_OR_RETURN(auto fwd, CudaForward::create(w, spec));
+  fwd->fill_kv_random(opt.seed + 7, s);
+  model::StepInput st;
+  st.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
+  for (int b = 0; b < batch; ++b) {
+    const int32_t pos = static_cast<int32_t>(ctx - 1);
+    st.token_ids.push_back((b * 7919 + 11) % static_cast<int32_t>(c.vocab_size));
+    st.positions.push_back(pos);
+    st.query_start_loc.push_back(b);
+    st.seq_lens.push_back(static_cast<int32_t>(ctx));
+    st.ring_ids.push_back(b);
+    for (int64_t k = 0; k < blocks_per_seq; ++k) {
+      st.block_table.push_back(static_cast<int32_t>(b * blocks_per_seq + k));
+    }
+    st.slot_mapping.push_back(static_cast<int32_t>(
+        (b * blocks_per_seq + pos / spec.page_size) * spec.page_size + pos % spec.page_size));
+    st.logits_indices.push_back(b);
+  }
+  st.query_start_loc.push_back(batch);
+  FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd->upload_step(st, s));
+  FLINT_ASSIGN_OR_RETURN(DeviceBuffer next, DeviceBuffer::allocate(batch * 4));
+  auto step = [&] {
+    fwd->enqueue(plan, s);
+    argmax(next.as<int32_t>(), fwd->logits(), batch, c.vocab_size, s);
+  };
+  cudaEvent_t a, b;
+  FLINT_CUDA_CHECK(cudaEventCreate(&a));
+  FLINT_CUDA_CHECK(cudaEventCreate(&b));
+  auto time_it = [&](auto&& fn, int n) {
+    std::vector<float> t;
+    for (int i = 0; i < opt.warmup; ++i) fn();
+    for (int i = 0; i < n; ++i) {
+      FLINT_CUDA_CHECK(cudaEventRecord(a, s));
+      fn();
+      FLINT_CUDA_CHECK(cudaEventRecord(b, s));
+      FLINT_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      FLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    }
+    return median(t);
+  };
+  const float ms_stream = time_it(step, std::max(5, opt.steps / 4));
+  float ms_graph = -1.0f;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    step();
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess &&
+        cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+      ms_graph = time_it([&] { FLINT_CUDA_CHECK(cudaGraphLaunch(exec, s)); }, opt.steps);
+    }
+  }
+  if (ms_graph < 0) {
+    (void)cudaGetLastError();
+    spdlog::warn("bench: graph capture failed; stream timings only");
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
+  const StepBytes bytes = step_bytes(w, *fwd, batch, ctx);
+  std::vector<std::pair<std::string, float>> ops;
+  {
+    EventTimer timer(s);
+    fwd->enqueue(plan, s, &timer);
+    ops = timer.totals();
+  }
+  return Row{dtype,          batch,     ctx, ms_graph, ms_stream, bytes.weights / 1e9,
+             bytes.kv / 1e9, floor_gbs, ops};
+}
+
+}  // namespace
+
+model::FlintConfig flint_full_config() {
+  model::FlintConfig c;
+  c.vocab_size = 150144;
+  c.hidden_size = 2048;
+  c.num_hidden_layers = 49;
+  c.num_heads = 32;
+  c.num_kv_heads = 4;
+  c.head_dim = 128;
+  c.intermediate_size = 6144;
+  c.moe_intermediate_size = 512;
+  c.shared_expert_intermediate_size = 1024;
+  c.num_experts = 256;
+  c.num_experts_per_tok = 6;
+  c.sliding_window = 513;
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6f;
+  c.attention_scale = 1.0f / std::sqrt(128.0f);
+  c.max_position_embeddings = 262144;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const bool full = l == 0 || l == 1 || l == 48 || (l >= 5 && (l - 1) % 4 == 0);
+    c.layer_types.push_back(full ? model::LayerType::kFullAttention
+                                 : model::LayerType::kSlidingAttention);
+    c.layer_uses_rope.push_back(!full);
+    c.layer_is_dense.push_back(l < 2);
+  }
+  return c;
+}
+
+Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& opt) {
+  const auto t_start = std::chrono::steady_clock::now();
+  if (!device_available()) return make_error(ErrorCode::kUnavailable, "no CUDA device available");
+  cudaStream_t s;
+  FLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  FLINT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  FLINT_ASSIGN_OR_RETURN(const double floor_gbs, measure_read_floor(s));
+  spdlog::info("bench: {} ({} SMs), read-stream floor {:.0f} GB/s", prop.name,
+               prop.multiProcessorCount, floor_gbs);
+  std::vector<Row> rows;
+  std::vector<std::string> notes;
+  for (const std::string& name : opt.dtypes) {
+    const DType dt = name == "bf16" ? DType::kBF16 : DType::kNVFP4;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto w = DeviceWeights::dummy(config, dt, opt.seed, s);
+    if (!w) return w.error().with_context("dummy {} weights", name);
+    const double ready_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    notes.push_back(fmt::format("{}: {:.2f} GB of weights generated on the GPU in {:.2f} s", name,
+                                w->bytes() / 1e9, ready_s));
+    spdlog::info("bench: {}", notes.back());
+    for (int batch : opt.batches) {
+      for (int64_t ctx : opt.contexts) {
+        const auto [free_b, total_b] = device_memory_info();
+        double kv_need = 0;  // what CudaForward::create will allocate, plus the ring padding
+        for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+          const int64_t keys = config.is_sliding(l) ? config.sliding_window : ctx + 16;
+          kv_need += 2.0 * config.num_kv_heads * config.head_dim * 2 * double(keys) * batch;
+        }
+        if (kv_need > double(free_b) - (1.0 - opt.gpu_memory_utilization) * double(total_b) - 2e9) {
+          notes.push_back(fmt::format("{} batch {} ctx {}: skipped, the KV cache does not fit",
+                                      name, batch, ctx));
+          spdlog::warn("bench: {}", notes.back());
+          continue;
+        }
+        auto r = bench_one(*w, name, batch, ctx, opt, floor_gbs, s);
+        if (!r) {
+          notes.push_back(
+              fmt::format("{} batch {} ctx {}: {}", name, batch, ctx, r.error().message));
+          spdlog::warn("bench: {}", notes.back());
+          continue;
+        }
+        spdlog::info("bench: {} b{} ctx {}: {:.3f} ms (graph), {:.3f} ms (stream)", name, batch,
+                     ctx, r->ms_graph, r->ms_stream);
+        rows.push_back(*r);
+      }
+    }
+  }
+  fmt::print("GPU: {}; read-stream floor {:.0f} GB/s (4 GiB, median of 10)\n\n", prop.name,
+             floor_gbs);
+  fmt::print(
+      "| weights | batch | context | ms/step (graph) | ms/step (no graph) | weights GB | "
+      "KV GB | floor ms | achieved GB/s | of floor |\n");
+  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Row& r : rows) {
+    const double gb = r.gb_weights + r.gb_kv;
+    const float ms = r.ms_graph > 0 ? r.ms_graph : r.ms_stream;
+    const double floor_ms = gb / r.floor_gbs * 1e3;
+    fmt::print("| {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.0f} | {:.0f}% |\n",
+               r.dtype, r.batch, r.ctx, r.ms_graph, r.ms_stream, r.gb_weights, r.gb_kv, floor_ms,
+               gb / ms * 1e3, 100.0 * floor_ms / ms);
+  }
+  fmt::print(
+      "\nPer-op time of one un-captured step (events between ops; includes launch gaps), ms:\n\n");
+  if (!rows.empty()) {
+    fmt::print("| weights | batch | context |");
+    for (const auto& [op, ms] : rows[0].ops) fmt::print(" {} |", op);
+    fmt::print("\n|---|---:|---:|");
+    for (size_t i = 0; i < rows[0].ops.size(); ++i) fmt::print("---:|");
+    fmt::print("\n");
+    for (const Row& r : rows) {
+      fmt::print("| {} | {} | {} |", r.dtype, r.batch, r.ctx);
+      for (const auto& [op, ms] : rows[0].ops) {
+        float v = 0;
+        for (const auto& [o2, m2] : r.ops) {
+          if (o2 == op) v = m2;
+        }
+        fmt::print(" {:.3f} |", v);
+      }
+      fmt::print("\n");
+    }
+  }
+  fmt::print("\n");
+  for (const auto& n : notes) fmt::print("- {}\n", n);
+  fmt::print("- total bench time {:.1f} s\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
+  cudaStreamDestroy(s);
+  return ok();
+}
+
+int decode_bench_main(int argc, char** argv) {
+  BenchOptions opt;
+  auto ints = [](const char* v) {
+    std::vector<int64_t> out;
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ',')) out.push_back(std::atoll(item.c_str()));
+    return out;
+  };
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--dtype") {
+      opt.dtypes.clear();
+      std::stringstream ss(argv[i + 1]);
+      std::string item;
+      while (std::getline(ss, item, ',')) opt.dtypes.push_back(item);
+    } else if (k == "--batch") {
+      opt.batches.clear();
+      for (int64_t b : ints(argv[i + 1])) opt.batches.push_back(static_cast<int>(b));
+    } else if (k == "--context") {
+      opt.contexts = ints(argv[i + 1]);
+    } else if (k == "--steps") {
+      opt.steps = std::atoi(argv[i + 1]);
+    } else {
+      fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
+      return 2;
+    }
+  }
+  const Status st = run_decode_bench(flint_full_config(), opt);
+  if (!st) {
+    fmt::print(stderr, "error: {}\n", st.error().message);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace flint::cuda

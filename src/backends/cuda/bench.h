@@ -1,0 +1,30 @@
+// `flint bench`: decode-step latency of the full Flint shape on random GPU weights, next to the
+// bytes each step must read and a read-stream bandwidth floor measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "model/config.h"
+
+namespace flint::cuda {
+
+struct BenchOptions {
+  std::vector<std::string> dtypes = {"nvfp4", "bf16"};  // linear-layer formats
+  std::vector<int> batches = {1, 8};
+  std::vector<int64_t> contexts = {1024, 32768, 102400, 262144};
+  int warmup = 5;
+  int steps = 40;
+  double gpu_memory_utilization = 0.95;
+  uint64_t seed = 1;
+};
+
+// The published Flint shape (spec sections 1 and 7.2), for dummy weights.
+model::FlintConfig flint_full_config();
+
+// Runs the benchmark and prints a markdown table to stdout; progress goes to the log.
+Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& opt);
+
+}  // namespace flint::cuda

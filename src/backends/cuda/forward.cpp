@@ -1,0 +1,342 @@
+// The CUDA forward pass: spec section 2 as a sequence of launches over all rows of a step.
+// Attention reads this step's own K/V from step rows and the cache is written after it, so a
+// prefill chunk longer than the sliding window never reads a ring slot it already overwrote.
+#include "backends/cuda/forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+
+#include "backends/cuda/fill.h"
+#include "backends/cuda/kernels/decode_attention.h"
+#include "backends/cuda/kernels/embedding.h"
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/moe_experts.h"
+#include "backends/cuda/kernels/moe_router.h"
+#include "backends/cuda/kernels/qk_norm_rope_kv.h"
+#include "backends/cuda/kernels/rms_norm.h"
+
+namespace flint::cuda {
+namespace {
+
+constexpr int kMaxSplits = kAttentionMaxSplits;
+
+int64_t count_layers(const model::FlintConfig& c, bool sliding) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) n += c.is_sliding(l) == sliding;
+  return n;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
+                                                         const model::KvCacheSpec& kv) {
+  const model::FlintConfig& c = w.config();
+  if (kv.dtype != DType::kBF16) {
+    return make_error(ErrorCode::kUnsupported, "cuda: KV cache dtype {} (only bf16)", kv.dtype);
+  }
+  if (kv.page_size <= 0 || kv.num_pages < 0 || kv.num_rings < 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda: bad KV cache spec ({} pages of {}, {} rings)", kv.num_pages,
+                      kv.page_size, kv.num_rings);
+  }
+  std::unique_ptr<CudaForward> f(new CudaForward(w, kv));
+  const int64_t row = c.num_kv_heads * c.head_dim;
+  int64_t total = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int64_t n =
+        c.is_sliding(l) ? kv.num_rings * c.sliding_window * row : kv.num_pages * kv.page_size * row;
+    f->kv_offset_.push_back(total);
+    f->kv_elems_.push_back(n);
+    total += 2 * n;
+  }
+  auto buf = DeviceBuffer::allocate(static_cast<size_t>(total) * 2);
+  if (!buf) return buf.error().with_context("allocating the KV cache");
+  f->kv_ = std::move(buf).value();
+  if (total > 0) FLINT_CUDA_CHECK(cudaMemset(f->kv_.data(), 0, f->kv_.size()));
+  f->slots_ = static_cast<int>(c.num_experts_per_tok) + w.num_shared_slots();
+  f->max_act_cols_ = std::max({c.intermediate_size, c.moe_intermediate_size,
+                               c.shared_expert_intermediate_size, int64_t(1)});
+  return f;
+}
+
+CudaForward::~CudaForward() {
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+}
+
+__nv_bfloat16* CudaForward::k_cache(int layer) const {
+  return kv_.as<__nv_bfloat16>() + kv_offset_[layer];
+}
+__nv_bfloat16* CudaForward::v_cache(int layer) const {
+  return kv_.as<__nv_bfloat16>() + kv_offset_[layer] + kv_elems_[layer];
+}
+
+const int32_t* CudaForward::expert_ids(int layer) const {
+  return d_ids_ + int64_t(layer) * cap_tokens_ * slots_;
+}
+
+Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int num_logits) {
+  if (num_tokens <= cap_tokens_ && num_seqs <= cap_seqs_ && table_len <= cap_table_ &&
+      num_logits <= cap_logits_) {
+    return ok();
+  }
+  const model::FlintConfig& c = w_.config();
+  cap_tokens_ = std::max(cap_tokens_, num_tokens);
+  cap_seqs_ = std::max(cap_seqs_, num_seqs);
+  cap_table_ = std::max(cap_table_, table_len);
+  cap_logits_ = std::max(cap_logits_, num_logits);
+  const int64_t T = cap_tokens_, L = c.num_hidden_layers;
+  // int32 metadata: tokens, positions, seq_idx, slot_mapping, rings, table, logit rows, ids.
+  const int64_t meta =
+      4 * T + cap_seqs_ + cap_table_ + cap_logits_ + (2 * cap_seqs_ + 1) + L * T * slots_;
+  FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // buffers may be in use by queued work
+  auto m = DeviceBuffer::allocate(meta * 4);
+  if (!m) return m.error().with_context("allocating step metadata");
+  meta_ = std::move(m).value();
+  int32_t* p = meta_.as<int32_t>();
+  d_tokens_ = p;
+  p += T;
+  d_pos_ = p;
+  p += T;
+  d_seq_ = p;
+  p += T;
+  d_slots_ = p;
+  p += T;
+  d_rings_ = p;
+  p += cap_seqs_;
+  d_table_ = p;
+  p += cap_table_;
+  d_logit_rows_ = p;
+  p += cap_logits_;
+  d_qsl_ = p;
+  p += cap_seqs_ + 1;
+  d_seq_lens_ = p;
+  p += cap_seqs_;
+  d_ids_ = p;
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  pinned_elems_ =
+      static_cast<size_t>(4 * T + cap_seqs_ + cap_table_ + cap_logits_ + 2 * cap_seqs_ + 1);
+  FLINT_CUDA_CHECK(cudaMallocHost(&pinned_, pinned_elems_ * 4));
+
+  const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const int64_t attn_ws = (kAttentionTargetBlocks / Hkv + 1 + T) * H * (D + 2) * 2;
+  // Segments start on 64-float boundaries: the kernels load activations 16 bytes at a time.
+  const int64_t sizes[] = {T * d,
+                           T * d,
+                           T * (H + 2 * Hkv) * D,
+                           T * H * D,
+                           T * H * D,
+                           T * slots_ * max_act_cols_,
+                           T * std::max<int64_t>(c.num_experts, 1),
+                           T * slots_,
+                           attn_ws,
+                           int64_t(cap_logits_) * c.vocab_size,
+                           int64_t(cap_logits_) * d,
+                           T * Hkv * D,  // bf16 K rows (over-allocated as floats)
+                           T * Hkv * D};
+  int64_t floats = 0;
+  for (int64_t n : sizes) floats += (n + 63) / 64 * 64;
+  auto wb = DeviceBuffer::allocate(floats * 4);
+  if (!wb) return wb.error().with_context("allocating forward workspaces");
+  work_ = std::move(wb).value();
+  float* f = work_.as<float>();
+  float** segs[] = {&ws_h_,    &ws_a_,       &ws_qkv_,  &ws_q_,         &ws_attn_,
+                    &ws_act_,  &ws_rlogits_, &ws_rw_,   &ws_attn_part_, &ws_logits_,
+                    &ws_alog_, &ws_kstep_,   &ws_vstep_};
+  for (size_t i = 0; i < std::size(segs); ++i) {
+    *segs[i] = f;
+    f += (sizes[i] + 63) / 64 * 64;
+  }
+  return ok();
+}
+
+Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream_t s) {
+  const model::FlintConfig& c = w_.config();
+  const int T = st.num_tokens(), S = st.num_seqs();
+  auto bad = [](fmt::string_view f, auto&&... a) {
+    return Error{ErrorCode::kInvalidArgument,
+                 "cuda step: " + fmt::vformat(f, fmt::make_format_args(a...))};
+  };
+  if (T == 0) return bad("no tokens");
+  if (st.positions.size() != size_t(T) || st.slot_mapping.size() != size_t(T)) {
+    return bad("{} tokens but {} positions and {} slots", T, st.positions.size(),
+               st.slot_mapping.size());
+  }
+  if (st.query_start_loc.size() != size_t(S) + 1 || st.ring_ids.size() != size_t(S) ||
+      st.block_table.size() != size_t(S) * std::max(st.max_blocks_per_seq, 0)) {
+    return bad("{} sequences but query_start_loc {}, ring_ids {}, block_table {} (x{})", S,
+               st.query_start_loc.size(), st.ring_ids.size(), st.block_table.size(),
+               st.max_blocks_per_seq);
+  }
+  if (st.query_start_loc[0] != 0 || st.query_start_loc[S] != T) {
+    return bad("query_start_loc must run from 0 to {}", T);
+  }
+  const int64_t num_slots = spec_.num_pages * spec_.page_size;
+  std::vector<int32_t> seq_idx(T);
+  StepPlan plan{T, S, static_cast<int>(st.logits_indices.size()), 0, 0};
+  for (int q = 0; q < S; ++q) {
+    const int32_t b = st.query_start_loc[q], e = st.query_start_loc[q + 1];
+    if (e < b) return bad("query_start_loc is not sorted at sequence {}", q);
+    if (count_layers(c, true) > 0 && (st.ring_ids[q] < 0 || st.ring_ids[q] >= spec_.num_rings)) {
+      return bad("sequence {} uses ring {} of {}", q, st.ring_ids[q], spec_.num_rings);
+    }
+    const int64_t len = st.seq_lens[q];
+    if (len < e - b || len > int64_t(st.max_blocks_per_seq) * spec_.page_size) {
+      return bad("sequence {} has length {} ({} new, {} blocks of {})", q, len, e - b,
+                 st.max_blocks_per_seq, spec_.page_size);
+    }
+    if (count_layers(c, false) > 0) {
+      for (int64_t blk = 0; blk < ceil_div(len, spec_.page_size); ++blk) {
+        const int32_t page = st.block_table[int64_t(q) * st.max_blocks_per_seq + blk];
+        if (page < 0 || page >= spec_.num_pages) {
+          return bad("sequence {} block {} is page {} of {}", q, blk, page, spec_.num_pages);
+        }
+      }
+    }
+    for (int32_t t = b; t < e; ++t) {
+      seq_idx[t] = q;
+      if (st.positions[t] != len - (e - b) + (t - b)) {
+        return bad("token {} has position {}, expected {}", t, st.positions[t],
+                   len - (e - b) + (t - b));
+      }
+      if (count_layers(c, false) > 0 &&
+          (st.slot_mapping[t] < 0 || st.slot_mapping[t] >= num_slots)) {
+        return bad("token {} maps to slot {} of {}", t, st.slot_mapping[t], num_slots);
+      }
+      plan.max_full_keys = std::max<int64_t>(plan.max_full_keys, st.positions[t] + 1);
+      plan.max_sliding_keys = std::max<int64_t>(
+          plan.max_sliding_keys, std::min<int64_t>(st.positions[t] + 1, c.sliding_window));
+    }
+  }
+  for (int32_t id : st.token_ids) {
+    if (id < 0 || id >= c.vocab_size) return bad("token id {} outside [0, {})", id, c.vocab_size);
+  }
+  for (int32_t r : st.logits_indices) {
+    if (r < 0 || r >= T) return bad("logits row {} outside [0, {})", r, T);
+  }
+  FLINT_TRY(reserve(T, S, int64_t(st.block_table.size()), plan.num_logits));
+  max_blocks_per_seq_ = st.max_blocks_per_seq;
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(s));  // the pinned staging may still be in flight
+  int32_t* p = pinned_;
+  auto put = [&](const int32_t* src, size_t n, int32_t* dst) {
+    std::memcpy(p, src, n * 4);
+    if (n > 0) FLINT_CUDA_CHECK(cudaMemcpyAsync(dst, p, n * 4, cudaMemcpyHostToDevice, s));
+    p += n;
+  };
+  put(st.token_ids.data(), T, d_tokens_);
+  put(st.positions.data(), T, d_pos_);
+  put(seq_idx.data(), T, d_seq_);
+  put(st.slot_mapping.data(), T, d_slots_);
+  put(st.ring_ids.data(), S, d_rings_);
+  put(st.block_table.data(), st.block_table.size(), d_table_);
+  put(st.logits_indices.data(), st.logits_indices.size(), d_logit_rows_);
+  put(st.query_start_loc.data(), S + 1, d_qsl_);
+  put(st.seq_lens.data(), S, d_seq_lens_);
+  return plan;
+}
+
+void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) {
+  auto mark = [&](const char* op) {
+    if (timer != nullptr) timer->mark(op, s);
+  };
+  const model::FlintConfig& c = w_.config();
+  const int T = plan.num_tokens;
+  const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const int64_t qkv_cols = (H + 2 * Hkv) * D;
+  const float eps = c.rms_norm_eps;
+  const float attn_scale =
+      c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
+  mark("embedding");
+  MoeRouting routing{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
+                     w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const DeviceLayer& L = w_.layers()[l];
+    const bool sliding = c.is_sliding(l);
+    rms_norm(ws_a_, d, ws_h_, d, L.attn_norm, T, d, eps, s);
+    mark("rms_norm");
+    gemv(ws_qkv_, qkv_cols, ws_a_, d, T, L.qkv, false, s);
+    mark("qkv_proj");
+    TokenKv kv{d_pos_,
+               d_seq_,
+               d_slots_,
+               d_rings_,
+               d_qsl_,
+               d_seq_lens_,
+               d_table_,
+               max_blocks_per_seq_,
+               static_cast<int>(spec_.page_size),
+               static_cast<int>(c.sliding_window)};
+    auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
+    auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);
+    QkNormRopeArgs qa{static_cast<int>(H),
+                      static_cast<int>(Hkv),
+                      static_cast<int>(D),
+                      eps,
+                      static_cast<bool>(c.layer_uses_rope[l]),
+                      c.rope_theta};
+    qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s);
+    mark("qk_norm_rope");
+    DecodeAttentionArgs aa{
+        static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), attn_scale, sliding, 1};
+    aa.num_splits = decode_attention_splits(
+        T, aa.num_kv_heads, sliding ? plan.max_sliding_keys : plan.max_full_keys, kMaxSplits);
+    decode_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T, aa,
+                     ws_attn_part_, s);
+    mark(sliding ? "attention_sliding" : "attention_full");
+    kv_cache_write(k_cache(l), v_cache(l), k_step, v_step, kv, T, static_cast<int>(Hkv),
+                   static_cast<int>(D), sliding, s);
+    mark("kv_cache_write");
+    gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
+    mark("o_proj");
+    rms_norm(ws_a_, d, ws_h_, d, L.ffn_norm, T, d, eps, s);
+    mark("rms_norm");
+    if (c.layer_is_dense[l]) {
+      gemv_gated(ws_act_, c.intermediate_size, ws_a_, d, T, L.gate, L.up, s);
+      gemv(ws_h_, d, ws_act_, c.intermediate_size, T, L.down, true, s);
+      mark("dense_mlp");
+    } else {
+      int32_t* ids = d_ids_ + l * int64_t(cap_tokens_) * slots_;
+      gemv(ws_rlogits_, c.num_experts, ws_a_, d, T, L.router, false, s);
+      moe_router(ids, ws_rw_, ws_rlogits_, L.expert_bias, T, routing, s);
+      mark("moe_router");
+      gemv_gated_experts(ws_act_, ws_a_, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s);
+      mark("moe_gate_up");
+      moe_down(ws_h_, d, ws_act_, ids, ws_rw_, T, slots_, L.exp_down, s);
+      mark("moe_down");
+      if (L.has_separate_shared) {
+        const int64_t Ish = c.shared_expert_intermediate_size;
+        gemv_gated(ws_act_, Ish, ws_a_, d, T, L.sh_gate, L.sh_up, s);
+        gemv(ws_h_, d, ws_act_, Ish, T, L.sh_down, true, s);
+      }
+    }
+  }
+  if (plan.num_logits > 0) {
+    rms_norm_rows(ws_alog_, d, ws_h_, d, d_logit_rows_, w_.final_norm(), plan.num_logits, d, eps,
+                  s);
+    gemv(ws_logits_, c.vocab_size, ws_alog_, d, plan.num_logits, w_.lm_head(), false, s);
+    mark("lm_head");
+  }
+}
+
+void CudaForward::copy_ring(int32_t src, int32_t dst, cudaStream_t s) {
+  const model::FlintConfig& c = w_.config();
+  FLINT_CHECK(src >= 0 && dst >= 0 && src < spec_.num_rings && dst < spec_.num_rings,
+              "copy_ring: rings {} -> {} of {}", src, dst, spec_.num_rings);
+  if (src == dst) return;
+  const int64_t ring = c.sliding_window * c.num_kv_heads * c.head_dim;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_sliding(l)) continue;
+    for (__nv_bfloat16* base : {k_cache(l), v_cache(l)}) {
+      FLINT_CUDA_CHECK(cudaMemcpyAsync(base + dst * ring, base + src * ring, ring * 2,
+                                       cudaMemcpyDeviceToDevice, s));
+    }
+  }
+}
+
+void CudaForward::fill_kv_random(uint64_t seed, cudaStream_t s) {
+  fill_uniform_bf16(kv_.data(), static_cast<int64_t>(kv_.size() / 2), 1.0f, seed, s);
+}
+
+}  // namespace flint::cuda

@@ -1,0 +1,90 @@
+// The CUDA forward pass over model::StepInput: KV cache, workspaces and the kernel sequence of
+// one step. Checked op by op against the CPU reference (tests/kernels) and end to end by
+// tests/gpu. Not thread-safe; one engine thread owns it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "backends/cuda/device.h"
+#include "backends/cuda/weights.h"
+#include "model/step.h"
+
+namespace flint::cuda {
+
+// Optional per-op timing of an un-captured step: enqueue() calls mark(op) after each op's launches;
+// the time from the previous mark is charged to `op`.
+class OpTimer {
+ public:
+  virtual ~OpTimer() = default;
+  virtual void mark(const char* op, cudaStream_t s) = 0;
+};
+
+// Host-side facts about an uploaded step that the enqueue needs.
+struct StepPlan {
+  int num_tokens = 0;
+  int num_seqs = 0;
+  int num_logits = 0;
+  int64_t max_full_keys = 0;     // most keys any row sees in a full layer
+  int64_t max_sliding_keys = 0;  // ... in a sliding layer
+};
+
+class CudaForward {
+ public:
+  // Allocates the KV cache described by `kv` (full layers paged, sliding layers as rings).
+  static Result<std::unique_ptr<CudaForward>> create(const DeviceWeights& w,
+                                                     const model::KvCacheSpec& kv);
+  ~CudaForward();
+
+  // Validates a step against the config and the KV cache and copies its metadata to the device
+  // (stream-ordered). May grow workspaces, so it must not be called while capturing a graph.
+  Result<StepPlan> upload_step(const model::StepInput& step, cudaStream_t s);
+  // Enqueues the forward of the uploaded step: launches only, no allocation and no sync, so it
+  // can be captured in a CUDA graph. Logits land in logits().
+  void enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer = nullptr);
+
+  const float* logits() const { return ws_logits_; }  // [num_logits, vocab_size] f32
+  const int32_t* expert_ids(int layer) const;         // [num_tokens, slots] of the last step
+  int slots() const { return slots_; }
+  // Copies sliding ring src to dst in every sliding layer (stream-ordered).
+  void copy_ring(int32_t src, int32_t dst, cudaStream_t s);
+  // Fills the whole KV cache with random bf16 values (benchmarks over a synthetic context).
+  void fill_kv_random(uint64_t seed, cudaStream_t s);
+  int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()); }
+  const DeviceWeights& weights() const { return w_; }
+
+ private:
+  CudaForward(const DeviceWeights& w, const model::KvCacheSpec& kv) : w_(w), spec_(kv) {}
+  Status reserve(int num_tokens, int num_seqs, int64_t table_len, int num_logits);
+  __nv_bfloat16* k_cache(int layer) const;
+  __nv_bfloat16* v_cache(int layer) const;
+
+  const DeviceWeights& w_;
+  model::KvCacheSpec spec_;
+  DeviceBuffer kv_;
+  std::vector<int64_t> kv_offset_;  // per layer: element offset of K; V follows after kv_elems_
+  std::vector<int64_t> kv_elems_;
+  int slots_ = 0;
+  int64_t max_act_cols_ = 0;
+
+  // Capacity of the step-sized buffers.
+  int cap_tokens_ = 0, cap_seqs_ = 0, cap_logits_ = 0;
+  int64_t cap_table_ = 0;
+  DeviceBuffer meta_, work_;
+  int32_t* pinned_ = nullptr;
+  size_t pinned_elems_ = 0;
+  // Views into meta_ (int32) and work_ (f32).
+  int32_t *d_tokens_ = nullptr, *d_pos_ = nullptr, *d_seq_ = nullptr, *d_slots_ = nullptr,
+          *d_rings_ = nullptr, *d_table_ = nullptr, *d_logit_rows_ = nullptr, *d_ids_ = nullptr,
+          *d_qsl_ = nullptr, *d_seq_lens_ = nullptr;
+  float *ws_h_ = nullptr, *ws_a_ = nullptr, *ws_qkv_ = nullptr, *ws_q_ = nullptr,
+        *ws_attn_ = nullptr, *ws_act_ = nullptr, *ws_rlogits_ = nullptr, *ws_rw_ = nullptr,
+        *ws_attn_part_ = nullptr, *ws_logits_ = nullptr, *ws_alog_ = nullptr, *ws_kstep_ = nullptr,
+        *ws_vstep_ = nullptr;  // bf16 [num_tokens, Hkv, D] each
+  int max_blocks_per_seq_ = 0;
+};
+
+}  // namespace flint::cuda

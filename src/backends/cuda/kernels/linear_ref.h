@@ -1,0 +1,34 @@
+// LinearRef: how a kernel sees one weight matrix on the device (or a stack of experts of the same
+// shape). Plain data, host- and device-visible. Built by backends/cuda/weights.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace flint::cuda {
+
+// W[out, in] in F32, BF16 or NVFP4. NVFP4 is kept in the engine layout made at load time: the
+// E2M1 codes of each row are contiguous (in/2 bytes, each 32-byte ggml block body in ggml nibble
+// order: byte j of a 16-element sub-block holds element j low and j+8 high), and the UE4M3
+// sub-scales are a separate [rows, in/16] byte array, so 16-byte loads stay aligned. The real
+// value is E2M1 x UE4M3 x row_scale[row] (row_scale: the tensor's global scale, per row so that
+// concatenated tensors such as q|k|v keep their own).
+struct LinearRef {
+  DType dtype = DType::kBF16;
+  int64_t out = 0;  // rows per matrix (per expert for a stack)
+  int64_t in = 0;
+  int64_t num_experts = 1;      // matrices stacked along rows: expert e is rows [e*out, (e+1)*out)
+  const void* w = nullptr;      // F32/BF16: [num_experts*out, in]; NVFP4: [.., in/2] bytes
+  const uint8_t* sc = nullptr;  // NVFP4: [num_experts*out, in/16] UE4M3 sub-scales
+  const float* row_scale = nullptr;  // NVFP4: [num_experts*out] global scale per row, or null (1)
+
+  // Bytes that reading `rows` whole rows costs.
+  int64_t row_bytes() const {
+    if (dtype == DType::kNVFP4) return in / 2 + in / 16;
+    return in * (dtype == DType::kF32 ? 4 : 2);
+  }
+  int64_t matrix_bytes() const { return row_bytes() * out; }
+};
+
+}  // namespace flint::cuda

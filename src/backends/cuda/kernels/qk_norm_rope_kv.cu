@@ -1,0 +1,109 @@
+// Q/K norm + RoPE + KV write: one warp per (token, head), the head staged in shared memory so the
+// NeoX pairs (j, j + D/2) can be rotated in place. Angles in double: positions reach 262K.
+// Reference: spec 2.3 steps 2-3 (tests/kernels/reference.h). Test:
+// tests/kernels/qk_norm_rope_kv_test.cu
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/qk_norm_rope_kv.h"
+
+namespace flint::cuda {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+
+__global__ void qk_norm_rope_kv_kernel(float* __restrict__ q_out, const float* __restrict__ qkv,
+                                       const float* __restrict__ q_norm,
+                                       const float* __restrict__ k_norm,
+                                       __nv_bfloat16* __restrict__ k_step,
+                                       __nv_bfloat16* __restrict__ v_step,
+                                       const int32_t* __restrict__ positions, QkNormRopeArgs a) {
+  __shared__ float x[kMaxHeadDim];
+  const int t = blockIdx.x;
+  const int head = blockIdx.y;  // [0, H + 2 Hkv)
+  const int lane = threadIdx.x;
+  const int D = a.head_dim, half = D / 2;
+  const int H = a.num_heads, Hkv = a.num_kv_heads;
+  const float* src = qkv + int64_t(t) * (H + 2 * Hkv) * D + int64_t(head) * D;
+  const bool is_q = head < H;
+  const bool is_k = !is_q && head < H + Hkv;
+  float ss = 0.0f;
+  for (int j = lane; j < D; j += 32) {
+    x[j] = src[j];
+    ss += x[j] * x[j];
+  }
+  if (is_q || is_k) {
+    const float inv = rsqrtf(dev::warp_sum(ss) / static_cast<float>(D) + a.eps);
+    const float* w = is_q ? q_norm : k_norm;
+    for (int j = lane; j < D; j += 32) x[j] = x[j] * inv * w[j];
+    __syncwarp();
+    if (a.rope) {
+      const double pos = positions[t];
+      for (int j = lane; j < half; j += 32) {
+        const double inv_freq = pow(a.rope_theta, -2.0 * j / D);
+        double sn, cs;
+        sincos(pos * inv_freq, &sn, &cs);
+        const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+        const float x0 = x[j], x1 = x[j + half];
+        x[j] = x0 * c - x1 * s;
+        x[j + half] = x1 * c + x0 * s;
+      }
+      __syncwarp();
+    }
+  }
+  if (is_q) {
+    float* dst = q_out + (int64_t(t) * H + head) * D;
+    for (int j = lane; j < D; j += 32) dst[j] = x[j];
+    return;
+  }
+  const int kvh = is_k ? head - H : head - H - Hkv;
+  __nv_bfloat16* dst = (is_k ? k_step : v_step) + (int64_t(t) * Hkv + kvh) * D;
+  for (int j = lane; j < D; j += 32) dst[j] = __float2bfloat16(x[j]);
+}
+
+// One block per row; threads walk its K and V values.
+__global__ void kv_cache_write_kernel(__nv_bfloat16* __restrict__ k_cache,
+                                      __nv_bfloat16* __restrict__ v_cache,
+                                      const __nv_bfloat16* __restrict__ k_step,
+                                      const __nv_bfloat16* __restrict__ v_step, TokenKv kv,
+                                      int row_elems, bool sliding) {
+  const int t = blockIdx.x;
+  const int32_t pos = kv.positions[t];
+  const int seq = kv.seq_idx[t];
+  int64_t slot;
+  if (sliding) {
+    if (pos < kv.seq_lens[seq] - kv.window) return;  // overwritten later in this step anyway
+    slot = int64_t(kv.ring_ids[seq]) * kv.window + pos % kv.window;
+  } else {
+    slot = kv.slot_mapping[t];
+  }
+  for (int i = threadIdx.x; i < row_elems; i += blockDim.x) {
+    k_cache[slot * row_elems + i] = k_step[int64_t(t) * row_elems + i];
+    v_cache[slot * row_elems + i] = v_step[int64_t(t) * row_elems + i];
+  }
+}
+
+}  // namespace
+
+void kv_cache_write(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const __nv_bfloat16* k_step,
+                    const __nv_bfloat16* v_step, const TokenKv& kv, int num_tokens,
+                    int num_kv_heads, int head_dim, bool sliding, cudaStream_t s) {
+  if (num_tokens == 0) return;
+  FLINT_CHECK(!sliding || kv.window > 0, "kv_cache_write: sliding layer without a window");
+  kv_cache_write_kernel<<<num_tokens, 128, 0, s>>>(k_cache, v_cache, k_step, v_step, kv,
+                                                   num_kv_heads * head_dim, sliding);
+  FLINT_CUDA_CHECK(cudaGetLastError());
+}
+
+void qk_norm_rope_kv(float* q_out, const float* qkv, const float* q_norm, const float* k_norm,
+                     __nv_bfloat16* k_step, __nv_bfloat16* v_step, const int32_t* positions,
+                     int num_tokens, const QkNormRopeArgs& a, cudaStream_t s) {
+  FLINT_CHECK(a.head_dim % 2 == 0 && a.head_dim <= kMaxHeadDim,
+              "qk_norm_rope_kv: head_dim {} must be even and at most {}", a.head_dim, kMaxHeadDim);
+  if (num_tokens == 0) return;
+  const dim3 grid(num_tokens, a.num_heads + 2 * a.num_kv_heads);
+  qk_norm_rope_kv_kernel<<<grid, 32, 0, s>>>(q_out, qkv, q_norm, k_norm, k_step, v_step, positions,
+                                             a);
+  FLINT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace flint::cuda

@@ -1,0 +1,81 @@
+// Flint weights on the GPU: uploaded from FlintWeights (BF16/F32 as they are, NVFP4 repacked
+// losslessly into the engine layout of kernels/linear_ref.h, with a bit-exact read-back check),
+// or generated on the GPU at full size for `flint bench --load-format dummy`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/device.h"
+#include "backends/cuda/kernels/linear_ref.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace flint::cuda {
+
+struct DeviceLayer {
+  LinearRef qkv;                     // [(H + 2 Hkv) * D, hidden]: q, k, v rows stacked
+  LinearRef o;                       // [hidden, H * D]
+  const float* attn_norm = nullptr;  // [hidden]
+  const float* ffn_norm = nullptr;   // [hidden]
+  const float* q_norm = nullptr;     // [D]
+  const float* k_norm = nullptr;     // [D]
+  const float* sinks = nullptr;      // [H] or null
+  // Dense layers.
+  LinearRef gate, up, down;
+  // MoE layers. The expert stacks hold the routed experts, then (num_shared_slots > 0) the shared
+  // expert cut into slices of moe_intermediate_size rows of gate/up and columns of down.
+  LinearRef router;                    // [E, hidden]
+  const float* expert_bias = nullptr;  // [E] or null
+  LinearRef exp_gate, exp_up;          // [E + slices] x [I_moe, hidden]
+  LinearRef exp_down;                  // [E + slices] x [hidden, I_moe]
+  // The shared expert on its own, when it could not be sliced into the stacks.
+  LinearRef sh_gate, sh_up, sh_down;
+  bool has_separate_shared = false;
+};
+
+class DeviceWeights {
+ public:
+  // Uploads a bound checkpoint. Unsupported dtypes and failed repack checks are errors.
+  static Result<DeviceWeights> upload(const model::FlintWeights& w, cudaStream_t s);
+  // Random weights of the config's full shape; linear layers in `linear_dtype` (BF16 or NVFP4),
+  // router and LM head BF16, norms and sinks F32.
+  static Result<DeviceWeights> dummy(const model::FlintConfig& c, DType linear_dtype, uint64_t seed,
+                                     cudaStream_t s);
+
+  // Uploads one more matrix into this object (kernel tests); the same path as upload().
+  Result<LinearRef> add_linear(const model::Linear& w, cudaStream_t s);
+
+  const model::FlintConfig& config() const { return config_; }
+  const std::vector<DeviceLayer>& layers() const { return layers_; }
+  const void* embed() const { return embed_; }
+  DType embed_dtype() const { return embed_dtype_; }
+  const float* final_norm() const { return final_norm_; }
+  const LinearRef& lm_head() const { return lm_head_; }
+  int num_shared_slots() const { return num_shared_slots_; }
+  // Device bytes held.
+  int64_t bytes() const { return bytes_; }
+  // Rows whose repacked bytes were read back and compared with the source (NVFP4 tensors only).
+  int64_t checked_rows() const { return checked_rows_; }
+
+ private:
+  friend class WeightBuilder;
+  model::FlintConfig config_;
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<DeviceLayer> layers_;
+  const void* embed_ = nullptr;
+  DType embed_dtype_ = DType::kBF16;
+  const float* final_norm_ = nullptr;
+  LinearRef lm_head_;
+  int num_shared_slots_ = 0;
+  int64_t bytes_ = 0;
+  int64_t checked_rows_ = 0;
+};
+
+// Host NVFP4 (ggml block) decode of one row of `in` elements: E2M1 x UE4M3 x scale, as the file
+// defines it. Used for embeddings and by tests.
+void nvfp4_decode_row(const uint8_t* blocks, int64_t in, float scale, float* out);
+
+}  // namespace flint::cuda

@@ -1,0 +1,39 @@
+// `flint bench --load-format dummy`: decode latency of the full Flint shape on random GPU weights
+// (backends/cuda/bench.cpp), printed as a markdown table on stdout.
+#ifdef FLINT_HAVE_CUDA
+#include <spdlog/spdlog.h>
+
+#include "backends/cuda/bench.h"
+#include "cli/commands.h"
+
+namespace flint::cli {
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("bench", "Benchmark the CUDA decode step on dummy weights");
+  struct Opts {
+    std::string load_format = "dummy";
+    cuda::BenchOptions bench;
+  };
+  auto opts = std::make_shared<Opts>();
+  cmd->add_option("--load-format", opts->load_format, "Weights to benchmark: dummy")
+      ->check(CLI::IsMember({"dummy"}));
+  cmd->add_option("--dtype", opts->bench.dtypes, "Linear-layer formats: nvfp4, bf16")
+      ->check(CLI::IsMember({"nvfp4", "bf16"}))
+      ->delimiter(',');
+  cmd->add_option("--batch", opts->bench.batches, "Batch sizes")->delimiter(',');
+  cmd->add_option("--context", opts->bench.contexts, "Context lengths (tokens)")->delimiter(',');
+  cmd->add_option("--steps", opts->bench.steps, "Timed steps per configuration");
+  cmd->add_option("--warmup", opts->bench.warmup, "Untimed steps per configuration");
+  cmd->add_option("--gpu-memory-utilization", opts->bench.gpu_memory_utilization,
+                  "Fraction of GPU memory the benchmark may use");
+  cmd->callback([opts, &exit_code] {
+    const Status st = cuda::run_decode_bench(cuda::flint_full_config(), opts->bench);
+    if (!st) {
+      spdlog::error("bench: {}", st.error().message);
+      exit_code = 1;
+    }
+  });
+}
+
+}  // namespace flint::cli
+#endif  // FLINT_HAVE_CUDA

@@ -1,0 +1,107 @@
+// The small-batch GEMV (F32, BF16 and NVFP4 weights) against cpu::linear, at awkward sizes.
+#include "backends/cuda/kernels/gemv.h"
+
+#include <fmt/format.h>
+
+#include "backends/cpu/ops/linear.h"
+#include "backends/cuda/weights.h"
+#include "core/thread_pool.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace flint::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::random_floats;
+
+// Random weight bytes for W[out, in] in `dt` (NVFP4: valid ggml blocks, UE4M3 scales 0x20-0x3f).
+std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
+  if (dt == DType::kF32) {
+    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+  } else if (dt == DType::kBF16) {
+    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
+    for (int64_t i = 0; i < out * in; ++i) {
+      const uint16_t h = f32_to_bf16(f[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+    }
+  } else {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = (i % 36) < 4 ? static_cast<uint8_t>(0x20 + g() % 0x20) : static_cast<uint8_t>(g());
+    }
+  }
+  return bytes;
+}
+
+void check_gemv(DType dt, int rows, int64_t out, int64_t in, float scale) {
+  SCOPED_TRACE(fmt::format("dtype={} rows={} out={} in={}", dt, rows, out, in));
+  const auto wbytes = random_weight(dt, out, in, 1000 + out + in);
+  const model::Linear lin{ConstTensorView(wbytes.data(), dt, {out, in}), scale};
+  const auto x = random_floats(rows * in, 7 + rows);
+  std::vector<float> want(rows * out);
+  ThreadPool pool(2);
+  cpu::linear(want.data(), x.data(), rows, lin, pool);
+
+  DeviceWeights owner;
+  auto ref = owner.add_linear(lin, nullptr);
+  ASSERT_TRUE(ref.has_value()) << ref.error().message;
+  if (dt == DType::kNVFP4) EXPECT_GT(owner.checked_rows(), 0);
+  DeviceArray<float> dx(x), dy(rows * out);
+  gemv(dy.get(), out, dx.get(), in, rows, *ref, false, nullptr);
+  const auto got = dy.to_host();
+  EXPECT_LE(testing::worst_ratio(got, want, 1e-4, 1e-4), 1.0);
+
+  // accumulate: y += W x
+  gemv(dy.get(), out, dx.get(), in, rows, *ref, true, nullptr);
+  const auto twice = dy.to_host();
+  std::vector<float> want2(want);
+  for (float& v : want2) v *= 2;
+  EXPECT_LE(testing::worst_ratio(twice, want2, 2e-4, 1e-4), 1.0);
+}
+
+TEST(Gemv, F32MatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  for (int rows : {1, 3, 8, 13}) check_gemv(DType::kF32, rows, 129, 772, 1.0f);
+}
+
+TEST(Gemv, Bf16MatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  for (int rows : {1, 2, 8, 9}) check_gemv(DType::kBF16, rows, 769, 776, 1.0f);
+  check_gemv(DType::kBF16, 1, 7, 2048, 1.0f);
+}
+
+TEST(Gemv, Nvfp4MatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  for (int rows : {1, 4, 8, 11}) check_gemv(DType::kNVFP4, rows, 129, 704, 0.37f);
+  check_gemv(DType::kNVFP4, 1, 1, 4096, 1.0f);
+}
+
+TEST(Gemv, GatedMatchesSiluOfCpuLinears) {
+  FLINT_REQUIRE_GPU();
+  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+    const int rows = 5;
+    const int64_t out = 67, in = 192;
+    SCOPED_TRACE(fmt::format("dtype={}", dt));
+    const auto gb = random_weight(dt, out, in, 31), ub = random_weight(dt, out, in, 32);
+    const model::Linear g{ConstTensorView(gb.data(), dt, {out, in}), 1.0f};
+    const model::Linear u{ConstTensorView(ub.data(), dt, {out, in}), 0.5f};
+    const auto x = random_floats(rows * in, 3);
+    std::vector<float> yg(rows * out), yu(rows * out), want(rows * out);
+    ThreadPool pool(2);
+    cpu::linear(yg.data(), x.data(), rows, g, pool);
+    cpu::linear(yu.data(), x.data(), rows, u, pool);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
+    DeviceWeights owner;
+    auto rg = owner.add_linear(g, nullptr);
+    auto ru = owner.add_linear(u, nullptr);
+    ASSERT_TRUE(rg && ru);
+    DeviceArray<float> dx(x), dy(rows * out);
+    gemv_gated(dy.get(), out, dx.get(), in, rows, *rg, *ru, nullptr);
+    EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-3), 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace flint::cuda
