@@ -14,6 +14,7 @@
 
 #include "backends/cpu/forward.h"
 #include "cli/commands.h"
+#include "cli/model_args.h"
 #include "engine/logits_processor.h"
 #include "engine/request.h"
 #include "formats/gguf.h"
@@ -74,8 +75,18 @@ Result<std::vector<int32_t>> prompt_tokens(const GenerateArgs& a, const tokenize
   return tok.encode(text, /*add_special_tokens=*/false);
 }
 
-Status generate(const GenerateArgs& a) {
+Status generate(const GenerateArgs& args) {
   using Clock = std::chrono::steady_clock;
+  // MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolve them to local paths.
+  GenerateArgs a = args;
+  FLINT_ASSIGN_OR_RETURN(a.model, resolve_model_arg(args.model, ArgKind::kModel));
+  if (!a.tokenizer_path.empty()) {
+    FLINT_ASSIGN_OR_RETURN(a.tokenizer_path,
+                           resolve_model_arg(args.tokenizer_path, ArgKind::kTokenizer));
+  }
+  if (!a.hf_config_path.empty()) {
+    FLINT_ASSIGN_OR_RETURN(a.hf_config_path, resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
+  }
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {
     auto c = model::FlintConfig::from_hf_path(a.hf_config_path);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/model_args.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "model/config.h"
@@ -184,7 +185,11 @@ void add_inspect_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--hf-config-path", *hf_config,
                   "config.json (or its directory) that replaces the checkpoint's own config");
   cmd->callback([path, hf_config, &exit_code] {
-    auto r = inspect(*path, *hf_config);
+    auto local = resolve_model_arg(*path, ArgKind::kModel);
+    auto config = hf_config->empty() ? Result<std::string>(std::string())
+                                     : resolve_model_arg(*hf_config, ArgKind::kConfig);
+    auto r = !local ? Result<int>(local.error()) : !config ? Result<int>(config.error())
+                                                          : inspect(*local, *config);
     if (!r) {
       spdlog::error("inspect: {}", r.error().message);
       exit_code = 1;

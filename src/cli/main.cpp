@@ -14,11 +14,24 @@ int main(int argc, char** argv) {
 
   int exit_code = 0;
   flint::cli::add_inspect_command(app, exit_code);
+#ifdef FLINT_HAVE_CUDA
+  flint::cli::add_bench_command(app, exit_code);
+#endif
+  flint::cli::add_convert_command(app, exit_code);
+#ifdef FLINT_HAVE_TOKENIZER
+  flint::cli::add_generate_command(app, exit_code);
+#endif
+#ifdef FLINT_HAVE_SERVER
+  flint::cli::add_serve_command(app, exit_code);
+#endif
+#ifdef FLINT_HAVE_HUB
+  flint::cli::add_download_command(app, exit_code);
+#endif
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 1;  // usage errors (unknown flags too) exit 1
   }
   return exit_code;
 }

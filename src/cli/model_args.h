@@ -1,0 +1,16 @@
+// Model, --tokenizer and --hf-config-path arguments: a local file or directory, or a Hugging Face
+// repo reference (org/name[@revision][:TAG]) resolved through the shared HF cache (src/hub).
+#pragma once
+
+#include <string>
+
+#include "core/result.h"
+
+namespace flint::cli {
+
+enum class ArgKind { kModel, kConfig, kTokenizer };
+
+// Returns a local path for `spec`. Without the hub layer (no libcurl), only local paths work.
+Result<std::string> resolve_model_arg(const std::string& spec, ArgKind kind);
+
+}  // namespace flint::cli
