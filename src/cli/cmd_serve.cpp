@@ -91,7 +91,7 @@ Result<int64_t> parse_human_int(const std::string& flag, const std::string& text
 // above the binary (build-*/src/cli/flint).
 std::string default_model() {
   std::error_code ec;
-  const fs::path rel = "models/flint-tiny";
+  const fs::path rel = "models/flint-nano";
   if (fs::exists(rel / "config.json", ec)) return rel.string();
   fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   for (int up = 0; !ec && up < 6 && !dir.empty(); ++up, dir = dir.parent_path()) {
@@ -296,7 +296,7 @@ int serve(ServeArgs a) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server (vLLM's flags)");
   auto a = std::make_shared<ServeArgs>();
-  cmd->add_option("model", a->model, "HF directory or .gguf file (default: models/flint-tiny)");
+  cmd->add_option("model", a->model, "HF directory or .gguf file (default: the bundled models/flint-nano)");
   cmd->add_option("--model", a->model, "same as the positional MODEL");
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
