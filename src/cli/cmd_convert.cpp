@@ -30,7 +30,7 @@ enum class Kind { kF32, kFloat, kLinear };  // kLinear: NVFP4 candidate
 
 class Converter {
  public:
-  Converter(const model::FlintWeights& w, bool nvfp4) : w_(w), nvfp4_(nvfp4) {}
+  explicit Converter(bool nvfp4) : nvfp4_(nvfp4) {}
 
   void add(const std::string& name, ConstTensorView v, Kind kind, float scale = 1.0f) {
     add_stacked(name, {v}, {scale}, kind, /*stacked=*/false);
@@ -109,7 +109,6 @@ class Converter {
     }
   }
 
-  const model::FlintWeights& w_;
   bool nvfp4_;
   formats::GgufWriter writer_;
   std::deque<std::vector<uint8_t>> bufs_;  // deque: buffers never move while the writer holds them
@@ -259,7 +258,7 @@ Status convert(const std::string& in, const std::string& out, const std::string&
   }
   FLINT_ASSIGN_OR_RETURN(auto w, model::FlintWeights::load_hf(in));
   const model::FlintConfig& c = w.config;
-  Converter cv(w, type == "nvfp4");
+  Converter cv(type == "nvfp4");
   std::string name;
   try {
     name = std::filesystem::path(in).lexically_normal().filename().string();

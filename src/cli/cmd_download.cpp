@@ -11,7 +11,8 @@
 namespace flint::cli {
 
 void add_download_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("download", "Fetch a Hugging Face repo into the shared HF cache and print its local path");
+  auto* cmd = app.add_subcommand(
+      "download", "Fetch a Hugging Face repo into the shared HF cache and print its local path");
   struct Args {
     std::string spec;
     std::string need = "model";
@@ -21,10 +22,12 @@ void add_download_command(CLI::App& app, int& exit_code) {
   cmd->add_option("spec", args->spec, "org/name[@revision][:TAG] or a local path")->required();
   cmd->add_option("--need", args->need, "what to fetch: model, config or tokenizer")
       ->check(CLI::IsMember({"model", "config", "tokenizer"}));
-  cmd->add_option("--parallel", args->parallel, "files downloaded at once")->check(CLI::Range(1, 32));
+  cmd->add_option("--parallel", args->parallel, "files downloaded at once")
+      ->check(CLI::Range(1, 32));
   cmd->callback([args, &exit_code] {
-    static const std::map<std::string, hub::Need> kNeeds = {
-        {"model", hub::Need::kModel}, {"config", hub::Need::kConfig}, {"tokenizer", hub::Need::kTokenizer}};
+    static const std::map<std::string, hub::Need> kNeeds = {{"model", hub::Need::kModel},
+                                                            {"config", hub::Need::kConfig},
+                                                            {"tokenizer", hub::Need::kTokenizer}};
     hub::ResolveOptions opts;
     opts.parallel_downloads = args->parallel;
     opts.progress_bar = true;

@@ -85,7 +85,8 @@ Status generate(const GenerateArgs& args) {
                            resolve_model_arg(args.tokenizer_path, ArgKind::kTokenizer));
   }
   if (!a.hf_config_path.empty()) {
-    FLINT_ASSIGN_OR_RETURN(a.hf_config_path, resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
+    FLINT_ASSIGN_OR_RETURN(a.hf_config_path,
+                           resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
   }
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {

@@ -188,8 +188,9 @@ void add_inspect_command(CLI::App& app, int& exit_code) {
     auto local = resolve_model_arg(*path, ArgKind::kModel);
     auto config = hf_config->empty() ? Result<std::string>(std::string())
                                      : resolve_model_arg(*hf_config, ArgKind::kConfig);
-    auto r = !local ? Result<int>(local.error()) : !config ? Result<int>(config.error())
-                                                          : inspect(*local, *config);
+    auto r = !local    ? Result<int>(local.error())
+             : !config ? Result<int>(config.error())
+                       : inspect(*local, *config);
     if (!r) {
       spdlog::error("inspect: {}", r.error().message);
       exit_code = 1;

@@ -113,6 +113,22 @@ Result<tokenizer::Tokenizer> load_tokenizer(const std::string& path, const std::
   return tokenizer::Tokenizer::from_json_file(file);
 }
 
+// --load-format dummy: the model's config (or --hf-config-path) with random BF16 weights, as vLLM
+// does for benchmarks; the checkpoint's weight files are not read.
+Result<model::FlintWeights> dummy_weights(const ServeArgs& a,
+                                          const std::optional<model::FlintConfig>& override_cfg) {
+  model::FlintConfig cfg;
+  if (override_cfg) {
+    cfg = *override_cfg;
+  } else if (a.model.ends_with(".gguf")) {
+    FLINT_ASSIGN_OR_RETURN(auto gguf, formats::GgufFile::open(a.model));
+    FLINT_ASSIGN_OR_RETURN(cfg, model::FlintConfig::from_gguf(gguf));
+  } else {
+    FLINT_ASSIGN_OR_RETURN(cfg, model::FlintConfig::from_hf_path(a.model));
+  }
+  return model::FlintWeights::dummy(cfg, DType::kBF16, a.seed);
+}
+
 // Everything the server needs, loaded after the port is open.
 struct Loaded {
   std::optional<model::FlintWeights> weights;
@@ -130,7 +146,8 @@ Status load(const ServeArgs& args, Loaded& out) {
     FLINT_ASSIGN_OR_RETURN(a.tokenizer, resolve_model_arg(args.tokenizer, ArgKind::kTokenizer));
   }
   if (!a.hf_config_path.empty()) {
-    FLINT_ASSIGN_OR_RETURN(a.hf_config_path, resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
+    FLINT_ASSIGN_OR_RETURN(a.hf_config_path,
+                           resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
   }
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {
@@ -152,7 +169,9 @@ Status load(const ServeArgs& args, Loaded& out) {
   } else {
     spdlog::warn("serve: the model has no chat template; /v1/chat/completions will fail");
   }
-  auto weights = model::FlintWeights::load(a.model, override_cfg ? &*override_cfg : nullptr);
+  auto weights = a.load_format == "dummy"
+                     ? dummy_weights(a, override_cfg)
+                     : model::FlintWeights::load(a.model, override_cfg ? &*override_cfg : nullptr);
   if (!weights) return weights.error().with_context("serve: loading {}", a.model);
   out.weights.emplace(std::move(*weights));
   model::FlintConfig& cfg = out.weights->config;
@@ -229,10 +248,9 @@ Result<server::ServerConfig> server_config(const ServeArgs& a) {
     }
     sc.default_chat_template_kwargs = j;
   }
-  if (a.load_format != "auto") {
-    return make_error(ErrorCode::kUnsupported,
-                      "serve: --load-format '{}' is not supported on the CPU backend (use auto)",
-                      a.load_format);
+  if (a.load_format != "auto" && a.load_format != "dummy") {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: --load-format must be auto or dummy, got '{}'", a.load_format);
   }
   if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -296,7 +314,8 @@ int serve(ServeArgs a) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server (vLLM's flags)");
   auto a = std::make_shared<ServeArgs>();
-  cmd->add_option("model", a->model, "HF directory or .gguf file (default: the bundled models/flint-nano)");
+  cmd->add_option("model", a->model,
+                  "HF directory or .gguf file (default: the bundled models/flint-nano)");
   cmd->add_option("--model", a->model, "same as the positional MODEL");
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -314,7 +333,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "GPU memory fraction (GPU backend; unused on the CPU)");
   cmd->add_option("--kv-cache-memory", a->kv_cache_memory,
                   "KV cache bytes on the CPU (e.g. 512M, 2G)");
-  cmd->add_option("--load-format", a->load_format, "auto");
+  cmd->add_option("--load-format", a->load_format,
+                  "auto (read the checkpoint) or dummy (random weights of its config)");
   cmd->add_option("--seed", a->seed, "seed for requests that set none");
   cmd->add_option("--api-key", a->api_keys, "accepted API keys (also VLLM_API_KEY)");
   cmd->add_option("--chat-template", a->chat_template, "template file or inline Jinja");

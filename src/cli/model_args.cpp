@@ -21,8 +21,10 @@ Result<std::string> resolve_model_arg(const std::string& spec, ArgKind kind) {
   return hub::resolve(spec, need, opts);
 #else
   (void)kind;
-  return make_error(ErrorCode::kNotFound, "{}: no such file or directory (this build has no Hugging Face "
-                    "Hub support)", spec);
+  return make_error(ErrorCode::kNotFound,
+                    "{}: no such file or directory (this build has no Hugging Face "
+                    "Hub support)",
+                    spec);
 #endif
 }
 

@@ -21,7 +21,8 @@ class HostBuffer {
     FLINT_CHECK(data_ != nullptr, "host allocation of {} bytes failed", bytes);
   }
   ~HostBuffer() { std::free(data_); }
-  HostBuffer(HostBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  HostBuffer(HostBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   HostBuffer& operator=(HostBuffer&& o) noexcept {
     if (this != &o) {
       std::free(data_);
@@ -36,11 +37,17 @@ class HostBuffer {
   void* data() { return data_; }
   const void* data() const { return data_; }
   template <typename T>
-  T* as() { return static_cast<T*>(data_); }
+  T* as() {
+    return static_cast<T*>(data_);
+  }
   template <typename T>
-  const T* as() const { return static_cast<const T*>(data_); }
+  const T* as() const {
+    return static_cast<const T*>(data_);
+  }
   size_t size() const { return size_; }
-  void zero() { if (data_) std::memset(data_, 0, size_); }
+  void zero() {
+    if (data_) std::memset(data_, 0, size_);
+  }
 
  private:
   void* data_ = nullptr;

@@ -7,7 +7,8 @@
 #include <cstdlib>
 
 namespace flint::detail {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 }  // namespace flint::detail
 
 #ifdef __CUDACC__
@@ -23,11 +24,12 @@ std::string runtime_format(const char* f, Args&&... args) {
 #define FLINT_FORMAT_(...) ::fmt::format(__VA_ARGS__)
 #endif
 
-#define FLINT_CHECK(cond, ...)                                                                  \
-  do {                                                                                          \
-    if (!(cond)) [[unlikely]] {                                                                 \
-      ::flint::detail::check_failed(__FILE__, __LINE__, #cond, FLINT_FORMAT_(__VA_ARGS__));     \
-    }                                                                                           \
+#define FLINT_CHECK(cond, ...)                                                              \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]] {                                                             \
+      ::flint::detail::check_failed(__FILE__, __LINE__, #cond, FLINT_FORMAT_(__VA_ARGS__)); \
+    }                                                                                       \
   } while (0)
 
-#define FLINT_FAIL(...) ::flint::detail::check_failed(__FILE__, __LINE__, nullptr, FLINT_FORMAT_(__VA_ARGS__))
+#define FLINT_FAIL(...) \
+  ::flint::detail::check_failed(__FILE__, __LINE__, nullptr, FLINT_FORMAT_(__VA_ARGS__))

@@ -9,25 +9,39 @@ namespace flint {
 int64_t dtype_block_size(DType t) {
   switch (t) {
     case DType::kQ8_0:
-    case DType::kQ4_1: return 32;
-    case DType::kNVFP4: return 64;
-    default: return 1;
+    case DType::kQ4_1:
+      return 32;
+    case DType::kNVFP4:
+      return 64;
+    default:
+      return 1;
   }
 }
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kF8E4M3: return 1;
-    case DType::kU8: return 1;
-    case DType::kI8: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_1: return 20;
-    case DType::kNVFP4: return 36;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF8E4M3:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kI8:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kQ8_0:
+      return 34;
+    case DType::kQ4_1:
+      return 20;
+    case DType::kNVFP4:
+      return 36;
   }
   return 0;
 }
@@ -36,17 +50,28 @@ bool dtype_is_quantized(DType t) { return dtype_block_size(t) > 1; }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF8E4M3: return "F8_E4M3";
-    case DType::kU8: return "U8";
-    case DType::kI8: return "I8";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kQ8_0: return "Q8_0";
-    case DType::kQ4_1: return "Q4_1";
-    case DType::kNVFP4: return "NVFP4";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kU8:
+      return "U8";
+    case DType::kI8:
+      return "I8";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kQ8_0:
+      return "Q8_0";
+    case DType::kQ4_1:
+      return "Q4_1";
+    case DType::kNVFP4:
+      return "NVFP4";
   }
   return "?";
 }
@@ -88,8 +113,8 @@ uint16_t f32_to_f16(float f) {
   float a;
   std::memcpy(&a, &absx, 4);
   if (a >= 65520.0f) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a < 6.103515625e-05f) {  // subnormal half: quantum 2^-24, round half to even
-    const float scaled = a * 16777216.0f;  // exact (power of two)
+  if (a < 6.103515625e-05f) {                // subnormal half: quantum 2^-24, round half to even
+    const float scaled = a * 16777216.0f;    // exact (power of two)
     const float r = std::nearbyint(scaled);  // default rounding mode: nearest-even
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
   }

@@ -19,9 +19,9 @@ enum class DType : uint8_t {
   kI8,
   kI32,
   kI64,
-  kQ8_0,    // ggml block of 32: f16 scale + 32 int8
-  kQ4_1,    // ggml block of 32: f16 d, f16 m, 16 bytes of nibbles
-  kNVFP4,   // ggml block of 64: 4 UE4M3 sub-scales + 32 bytes of E2M1 nibbles (36 bytes)
+  kQ8_0,   // ggml block of 32: f16 scale + 32 int8
+  kQ4_1,   // ggml block of 32: f16 d, f16 m, 16 bytes of nibbles
+  kNVFP4,  // ggml block of 64: 4 UE4M3 sub-scales + 32 bytes of E2M1 nibbles (36 bytes)
 };
 
 // Elements per storage block (1 for plain types).

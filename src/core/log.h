@@ -7,8 +7,8 @@
 
 namespace flint {
 
-// Sets the global level ("trace".."critical", "off") and the stderr sink. Not thread-safe: call once
-// at startup before other threads exist.
+// Sets the global level ("trace".."critical", "off") and the stderr sink. Not thread-safe: call
+// once at startup before other threads exist.
 void init_logging(std::string_view level = "info");
 
 }  // namespace flint

@@ -58,24 +58,40 @@ class [[nodiscard]] Result {
   Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}
   Result(Unexpected u) : v_(std::in_place_index<1>, std::move(u.error)) {}
   template <typename U>
-    requires(std::is_constructible_v<T, U &&> && !std::is_same_v<std::decay_t<U>, T> &&
-             !std::is_same_v<std::decay_t<U>, Error> && !std::is_same_v<std::decay_t<U>, Unexpected>)
-  Result(U&& value) : v_(std::in_place_index<0>, T(std::forward<U>(value))) {}
+  requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, T> &&
+           !std::is_same_v<std::decay_t<U>, Error> && !std::is_same_v<std::decay_t<U>, Unexpected>)
+      Result(U&& value)
+      : v_(std::in_place_index<0>, T(std::forward<U>(value))) {}
 
   bool has_value() const { return v_.index() == 0; }
   explicit operator bool() const { return has_value(); }
 
-  T& value() & { check_value(); return std::get<0>(v_); }
-  const T& value() const& { check_value(); return std::get<0>(v_); }
-  T&& value() && { check_value(); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    check_value();
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    check_value();
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    check_value();
+    return std::get<0>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
-  const Error& error() const& { check_error(); return std::get<1>(v_); }
-  Error&& error() && { check_error(); return std::get<1>(std::move(v_)); }
+  const Error& error() const& {
+    check_error();
+    return std::get<1>(v_);
+  }
+  Error&& error() && {
+    check_error();
+    return std::get<1>(std::move(v_));
+  }
 
  private:
   void check_value() const {
@@ -125,10 +141,10 @@ inline Status ok() { return Status(); }
 }  // namespace flint
 
 // Returns the error of `expr` (a Result) from the enclosing function.
-#define FLINT_TRY(expr)                                   \
-  do {                                                    \
-    auto&& flint_try_r_ = (expr);                         \
-    if (!flint_try_r_) return flint_try_r_.error();       \
+#define FLINT_TRY(expr)                             \
+  do {                                              \
+    auto&& flint_try_r_ = (expr);                   \
+    if (!flint_try_r_) return flint_try_r_.error(); \
   } while (0)
 
 // Declares `var` from the value of `expr`, or returns its error.

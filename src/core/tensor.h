@@ -62,7 +62,10 @@ class BasicTensorView {
       : data_(data), dtype_(dtype), shape_(shape), device_(device), row_stride_(row_stride) {}
   template <typename P2>
   BasicTensorView(const BasicTensorView<P2>& o)  // NOLINT: mutable -> const view
-      : data_(o.raw()), dtype_(o.dtype()), shape_(o.shape()), device_(o.device()),
+      : data_(o.raw()),
+        dtype_(o.dtype()),
+        shape_(o.shape()),
+        device_(o.device()),
         row_stride_(o.row_stride()) {}
 
   Ptr raw() const { return data_; }

@@ -57,7 +57,8 @@ Result<RepoRef> parse_repo_ref(const std::string& spec) {
   if (const auto colon = rest.rfind(':'); colon != std::string::npos) {
     ref.tag = rest.substr(colon + 1);
     rest = rest.substr(0, colon);
-    if (ref.tag.empty()) return make_error(ErrorCode::kInvalidArgument, "'{}': empty tag after ':'", spec);
+    if (ref.tag.empty())
+      return make_error(ErrorCode::kInvalidArgument, "'{}': empty tag after ':'", spec);
   }
   if (const auto at = rest.find('@'); at != std::string::npos) {
     ref.revision = rest.substr(at + 1);
@@ -80,7 +81,8 @@ Result<RepoRef> parse_repo_ref(const std::string& spec) {
 bool looks_like_repo_ref(const std::string& spec) {
   std::error_code ec;
   if (fs::exists(spec, ec)) return false;
-  if (spec.empty() || spec.front() == '/' || spec.front() == '.' || spec.front() == '~') return false;
+  if (spec.empty() || spec.front() == '/' || spec.front() == '.' || spec.front() == '~')
+    return false;
   return parse_repo_ref(spec).has_value();
 }
 
@@ -115,7 +117,8 @@ HubSettings HubSettings::from_env() {
 
 RepoCache::RepoCache(std::string cache_dir, const std::string& repo_id) {
   std::string folder = "models--" + repo_id;
-  for (size_t pos = 0; (pos = folder.find('/', pos)) != std::string::npos;) folder.replace(pos, 1, "--");
+  for (size_t pos = 0; (pos = folder.find('/', pos)) != std::string::npos;)
+    folder.replace(pos, 1, "--");
   root_ = std::move(cache_dir) + "/" + folder;
 }
 
@@ -141,8 +144,8 @@ std::vector<std::string> RepoCache::snapshot_files(const std::string& commit) co
   std::error_code ec;
   const fs::path dir = snapshot_dir(commit);
   if (!fs::is_directory(dir, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     std::error_code ec2;
     if (fs::is_regular_file(it->path(), ec2))  // follows the symlink: dangling links don't count
       out.push_back(it->path().lexically_relative(dir).generic_string());
@@ -172,9 +175,13 @@ Status RepoCache::link_snapshot(const std::string& commit, const std::string& pa
   std::error_code ec;
   const fs::path link = snapshot_dir(commit) + "/" + path;
   fs::create_directories(link.parent_path(), ec);
-  if (ec) return make_error(ErrorCode::kIo, "hub: cannot create {}: {}", link.parent_path().string(), ec.message());
+  if (ec)
+    return make_error(ErrorCode::kIo, "hub: cannot create {}: {}", link.parent_path().string(),
+                      ec.message());
   const fs::path target = fs::relative(blob_path(etag), link.parent_path(), ec);
-  if (ec) return make_error(ErrorCode::kIo, "hub: cannot relate {} to {}", blob_path(etag), link.string());
+  if (ec)
+    return make_error(ErrorCode::kIo, "hub: cannot relate {} to {}", blob_path(etag),
+                      link.string());
   fs::remove(link, ec);
   fs::create_symlink(target, link, ec);
   if (ec) return make_error(ErrorCode::kIo, "hub: cannot link {}: {}", link.string(), ec.message());

@@ -30,7 +30,8 @@ bool looks_like_repo_ref(const std::string& spec);
 
 // Environment-derived settings, as huggingface_hub reads them.
 struct HubSettings {
-  std::string cache_dir;  // HF_HUB_CACHE > HUGGINGFACE_HUB_CACHE > HF_HOME/hub > XDG_CACHE_HOME/huggingface/hub
+  std::string cache_dir;  // HF_HUB_CACHE > HUGGINGFACE_HUB_CACHE > HF_HOME/hub >
+                          // XDG_CACHE_HOME/huggingface/hub
   std::string endpoint;   // HF_ENDPOINT or https://huggingface.co
   std::string token;      // HF_TOKEN, else the token file (HF_TOKEN_PATH or HF_HOME/token)
   bool offline = false;   // HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE
@@ -52,7 +53,8 @@ class RepoCache {
 
   Status write_ref(const std::string& revision, const std::string& commit) const;
   // Links snapshots/<commit>/<path> to blobs/<etag> with a relative symlink.
-  Status link_snapshot(const std::string& commit, const std::string& path, const std::string& etag) const;
+  Status link_snapshot(const std::string& commit, const std::string& path,
+                       const std::string& etag) const;
   Status mark_missing(const std::string& commit, const std::string& path) const;
 
  private:

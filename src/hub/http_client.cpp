@@ -25,7 +25,8 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   const auto colon = line.find(':');
   if (colon != std::string::npos) {
     std::string name = line.substr(0, colon);
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     std::string value = line.substr(colon + 1);
     const auto b = value.find_first_not_of(" \t");
     const auto e = value.find_last_not_of(" \t\r\n");
@@ -37,7 +38,8 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
 
 size_t on_body_memory(char* data, size_t size, size_t n, void* user) {
   auto* body = static_cast<std::string*>(user);
-  if (body->size() + size * n > (64u << 20)) return 0;  // metadata replies are small: refuse 64 MiB+
+  if (body->size() + size * n > (64u << 20))
+    return 0;  // metadata replies are small: refuse 64 MiB+
   body->append(data, size * n);
   return size * n;
 }
@@ -174,7 +176,8 @@ std::string url_encode(const std::string& s, bool keep_slash) {
   static const char* kHex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       out += '%';

@@ -31,7 +31,8 @@ const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"
                                        "special_tokens_map.json", "chat_template.jinja"};
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string lower(std::string s) {
@@ -71,7 +72,8 @@ bool gguf_matches_tag(const std::string& file, const std::string& tag) {
   return false;
 }
 
-Result<std::vector<std::string>> pick_gguf(const std::vector<std::string>& files, const std::string& tag) {
+Result<std::vector<std::string>> pick_gguf(const std::vector<std::string>& files,
+                                           const std::string& tag) {
   std::map<std::string, std::vector<std::string>> sets;  // set name -> shard files
   for (const auto& f : files)
     if (ends_with(lower(f), ".gguf") && (tag.empty() || gguf_matches_tag(f, tag)))
@@ -85,7 +87,8 @@ Result<std::vector<std::string>> pick_gguf(const std::vector<std::string>& files
     return s.empty() ? std::string("none") : s;
   };
   if (sets.empty()) {
-    return make_error(ErrorCode::kNotFound, "no GGUF file matches tag '{}'; the repo has: {}", tag, listing());
+    return make_error(ErrorCode::kNotFound, "no GGUF file matches tag '{}'; the repo has: {}", tag,
+                      listing());
   }
   if (sets.size() > 1) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -98,15 +101,18 @@ Result<std::vector<std::string>> pick_gguf(const std::vector<std::string>& files
 }
 
 // Shards listed by a safetensors index.
-Result<std::vector<std::string>> index_shards(const std::string& index_path, const std::string& dir_prefix) {
+Result<std::vector<std::string>> index_shards(const std::string& index_path,
+                                              const std::string& dir_prefix) {
   std::ifstream in(index_path);
   if (!in) return make_error(ErrorCode::kNotFound, "cannot read {}", index_path);
   std::set<std::string> shards;
   try {
     const auto j = nlohmann::json::parse(in);
-    for (const auto& [name, file] : j.at("weight_map").items()) shards.insert(dir_prefix + file.get<std::string>());
+    for (const auto& [name, file] : j.at("weight_map").items())
+      shards.insert(dir_prefix + file.get<std::string>());
   } catch (const std::exception& e) {
-    return make_error(ErrorCode::kInvalidFile, "{}: bad safetensors index: {}", index_path, e.what());
+    return make_error(ErrorCode::kInvalidFile, "{}: bad safetensors index: {}", index_path,
+                      e.what());
   }
   return std::vector<std::string>(shards.begin(), shards.end());
 }
@@ -114,25 +120,29 @@ Result<std::vector<std::string>> index_shards(const std::string& index_path, con
 struct Plan {
   std::vector<std::string> required;
   std::vector<std::string> optional;
-  std::string index;            // a safetensors index to fetch first, then add its shards
-  std::string primary;          // the file to return (first GGUF shard), or empty for the dir
+  std::string index;    // a safetensors index to fetch first, then add its shards
+  std::string primary;  // the file to return (first GGUF shard), or empty for the dir
 };
 
 Result<Plan> plan_files(const std::vector<std::string>& files, Need need, const std::string& tag) {
   Plan p;
-  auto has = [&](const std::string& f) { return std::find(files.begin(), files.end(), f) != files.end(); };
+  auto has = [&](const std::string& f) {
+    return std::find(files.begin(), files.end(), f) != files.end();
+  };
   auto add_optional = [&](const char* const* names, size_t n) {
     for (size_t i = 0; i < n; ++i)
       if (has(names[i])) p.optional.push_back(names[i]);
   };
   switch (need) {
     case Need::kConfig:
-      if (!has("config.json")) return make_error(ErrorCode::kNotFound, "the repo has no config.json");
+      if (!has("config.json"))
+        return make_error(ErrorCode::kNotFound, "the repo has no config.json");
       p.required.push_back("config.json");
       if (has("generation_config.json")) p.optional.push_back("generation_config.json");
       return p;
     case Need::kTokenizer:
-      if (!has("tokenizer.json")) return make_error(ErrorCode::kNotFound, "the repo has no tokenizer.json");
+      if (!has("tokenizer.json"))
+        return make_error(ErrorCode::kNotFound, "the repo has no tokenizer.json");
       p.required.push_back("tokenizer.json");
       add_optional(kTokenizerFiles + 1, 3);
       return p;
@@ -153,7 +163,8 @@ Result<Plan> plan_files(const std::vector<std::string>& files, Need need, const 
     add_optional(kTokenizerFiles, 4);
     return p;
   }
-  if (!tag.empty()) return make_error(ErrorCode::kNotFound, "tag ':{}' given but the repo has no GGUF files", tag);
+  if (!tag.empty())
+    return make_error(ErrorCode::kNotFound, "tag ':{}' given but the repo has no GGUF files", tag);
   if (!has("config.json")) return make_error(ErrorCode::kNotFound, "the repo has no config.json");
   p.required.push_back("config.json");
   if (has("model.safetensors.index.json")) {
@@ -175,22 +186,29 @@ Result<Plan> plan_files(const std::vector<std::string>& files, Need need, const 
 std::string hub_error_hint(const HttpResponse& r, const RepoRef& ref, const HubSettings& s) {
   const std::string code = r.header("x-error-code");
   if (r.status == 401 || r.status == 403) {
-    return fmt::format("access to {} was refused (HTTP {}){}: set HF_TOKEN to a token that can read it",
-                       ref.repo_id, r.status, s.token.empty() ? " and no token is set" : "");
+    return fmt::format(
+        "access to {} was refused (HTTP {}){}: set HF_TOKEN to a token that can read it",
+        ref.repo_id, r.status, s.token.empty() ? " and no token is set" : "");
   }
   if (r.status == 404) {
     if (code == "RevisionNotFound")
-      return fmt::format("revision '{}' of {} does not exist on {}", ref.revision, ref.repo_id, s.endpoint);
-    if (code == "EntryNotFound") return fmt::format("a file of {} does not exist on {}", ref.repo_id, s.endpoint);
-    return fmt::format("repo {} (revision '{}') not found on {}: check the name, or set HF_TOKEN if it "
-                       "is private", ref.repo_id, ref.revision, s.endpoint);
+      return fmt::format("revision '{}' of {} does not exist on {}", ref.revision, ref.repo_id,
+                         s.endpoint);
+    if (code == "EntryNotFound")
+      return fmt::format("a file of {} does not exist on {}", ref.repo_id, s.endpoint);
+    return fmt::format(
+        "repo {} (revision '{}') not found on {}: check the name, or set HF_TOKEN if it "
+        "is private",
+        ref.repo_id, ref.revision, s.endpoint);
   }
   return fmt::format("{} answered HTTP {} for {}", s.endpoint, r.status, ref.repo_id);
 }
 
 Error network_hint(const Error& e) {
-  return make_error(ErrorCode::kNetwork, "{}; if this machine has no network, set HF_HUB_OFFLINE=1 to "
-                    "use only the local cache", e.message);
+  return make_error(ErrorCode::kNetwork,
+                    "{}; if this machine has no network, set HF_HUB_OFFLINE=1 to "
+                    "use only the local cache",
+                    e.message);
 }
 
 std::vector<std::string> auth_headers(const HubSettings& s) {
@@ -206,7 +224,8 @@ Status verify_blob(const std::string& path, const std::string& etag, int64_t exp
   const auto size = static_cast<int64_t>(fs::file_size(path, ec));
   if (ec) return make_error(ErrorCode::kIo, "cannot stat {}", path);
   if (expected_size >= 0 && size != expected_size) {
-    return make_error(ErrorCode::kNetwork, "download of {} is {} bytes, expected {}", file, size, expected_size);
+    return make_error(ErrorCode::kNetwork, "download of {} is {} bytes, expected {}", file, size,
+                      expected_size);
   }
   const bool is_sha256 = etag.size() == 64;
   const bool is_sha1 = etag.size() == 40;
@@ -222,7 +241,10 @@ Status verify_blob(const std::string& path, const std::string& etag, int64_t exp
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     const auto n = static_cast<size_t>(in.gcount());
-    if (is_sha256) h256.update(buf.data(), n); else h1.update(buf.data(), n);
+    if (is_sha256)
+      h256.update(buf.data(), n);
+    else
+      h1.update(buf.data(), n);
   }
   const std::string got = is_sha256 ? h256.hex_digest() : h1.hex_digest();
   if (got != etag) {
@@ -234,7 +256,8 @@ Status verify_blob(const std::string& path, const std::string& etag, int64_t exp
 
 class Downloader {
  public:
-  Downloader(const RepoRef& ref, const ResolveOptions& opts, const RepoCache& cache, std::string commit)
+  Downloader(const RepoRef& ref, const ResolveOptions& opts, const RepoCache& cache,
+             std::string commit)
       : ref_(ref), opts_(opts), cache_(cache), commit_(std::move(commit)) {}
 
   // Fetches every file not already in the snapshot, `parallel` at a time.
@@ -243,14 +266,16 @@ class Downloader {
     for (const auto& f : files)
       if (!fs::is_regular_file(cache_.snapshot_dir(commit_) + "/" + f)) todo.push_back(f);
     if (todo.empty()) return ok();
-    spdlog::info("hub: downloading {} file(s) of {} at {}", todo.size(), ref_.repo_id, commit_.substr(0, 12));
+    spdlog::info("hub: downloading {} file(s) of {} at {}", todo.size(), ref_.repo_id,
+                 commit_.substr(0, 12));
     std::atomic<size_t> next{0};
     std::mutex mu;
     std::optional<Error> first_error;
     std::atomic<bool> done{false};
     std::thread reporter([&] { report_progress(done); });
     std::vector<std::thread> workers;
-    const int n = std::max(1, std::min<int>(opts_.parallel_downloads, static_cast<int>(todo.size())));
+    const int n =
+        std::max(1, std::min<int>(opts_.parallel_downloads, static_cast<int>(todo.size())));
     for (int w = 0; w < n; ++w) {
       workers.emplace_back([&] {
         for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
@@ -271,8 +296,8 @@ class Downloader {
 
  private:
   Status fetch_one(const std::string& file) {
-    const std::string url = opts_.settings.endpoint + "/" + ref_.repo_id + "/resolve/" + commit_ + "/" +
-                            url_encode(file, /*keep_slash=*/true);
+    const std::string url = opts_.settings.endpoint + "/" + ref_.repo_id + "/resolve/" + commit_ +
+                            "/" + url_encode(file, /*keep_slash=*/true);
     HttpRequest head{"HEAD", url, auth_headers(opts_.settings), /*follow_redirects=*/false};
     auto meta = http_request(head);
     // The Hub redirects renamed repos with a relative Location: follow those for metadata.
@@ -283,11 +308,14 @@ class Downloader {
       meta = http_request(head);
     }
     if (!meta) return network_hint(meta.error());
-    if (meta->status >= 400) return make_error(meta->status == 404 ? ErrorCode::kNotFound : ErrorCode::kPermissionDenied,
-                                               "{}: {}", file, hub_error_hint(*meta, ref_, opts_.settings));
+    if (meta->status >= 400)
+      return make_error(meta->status == 404 ? ErrorCode::kNotFound : ErrorCode::kPermissionDenied,
+                        "{}: {}", file, hub_error_hint(*meta, ref_, opts_.settings));
     std::string etag = normalize_etag(meta->header("x-linked-etag"));
     if (etag.empty()) etag = normalize_etag(meta->header("etag"));
-    if (etag.empty()) return make_error(ErrorCode::kNetwork, "{}: the server sent no ETag for {}", ref_.repo_id, file);
+    if (etag.empty())
+      return make_error(ErrorCode::kNetwork, "{}: the server sent no ETag for {}", ref_.repo_id,
+                        file);
     int64_t size = -1;
     std::string size_header = meta->header("x-linked-size");
     if (size_header.empty() && meta->status < 300) size_header = meta->header("content-length");
@@ -297,8 +325,11 @@ class Downloader {
     const std::string blob = cache_.blob_path(etag);
     std::error_code ec;
     fs::create_directories(fs::path(blob).parent_path(), ec);
-    if (ec) return make_error(ErrorCode::kIo, "cannot create {}: {}", fs::path(blob).parent_path().string(), ec.message());
-    if (!fs::is_regular_file(blob) || (size >= 0 && static_cast<int64_t>(fs::file_size(blob)) != size)) {
+    if (ec)
+      return make_error(ErrorCode::kIo, "cannot create {}: {}",
+                        fs::path(blob).parent_path().string(), ec.message());
+    if (!fs::is_regular_file(blob) ||
+        (size >= 0 && static_cast<int64_t>(fs::file_size(blob)) != size)) {
       const std::string partial = blob + ".incomplete";
       Status last = ok();
       for (int attempt = 0; attempt < 4; ++attempt) {
@@ -311,11 +342,13 @@ class Downloader {
           continue;
         }
         if (r->status >= 400) {
-          return make_error(ErrorCode::kNetwork, "{}: {}", file, hub_error_hint(*r, ref_, opts_.settings));
+          return make_error(ErrorCode::kNetwork, "{}: {}", file,
+                            hub_error_hint(*r, ref_, opts_.settings));
         }
         const int64_t have = static_cast<int64_t>(fs::file_size(partial, ec));
         if (size >= 0 && have < size) {  // the connection closed early: resume
-          last = make_error(ErrorCode::kNetwork, "{}: connection closed after {} of {} bytes", file, have, size);
+          last = make_error(ErrorCode::kNetwork, "{}: connection closed after {} of {} bytes", file,
+                            have, size);
           spdlog::warn("hub: {} (attempt {}, resuming)", last.error().message, attempt + 1);
           continue;
         }
@@ -328,7 +361,8 @@ class Downloader {
       }
       if (!last) return last;
       fs::rename(partial, blob, ec);
-      if (ec) return make_error(ErrorCode::kIo, "cannot move {} into place: {}", partial, ec.message());
+      if (ec)
+        return make_error(ErrorCode::kIo, "cannot move {} into place: {}", partial, ec.message());
     }
     return cache_.link_snapshot(commit_, file, etag);
   }
@@ -348,8 +382,9 @@ class Downloader {
         const double frac = total > 0 ? std::min(1.0, got / total) : 0;
         const int width = 30;
         const int filled = static_cast<int>(frac * width);
-        fmt::print(stderr, "\r[{}{}] {:5.1f}% {:.1f}/{:.1f} MB {:.1f} MB/s ", std::string(filled, '#'),
-                   std::string(width - filled, ' '), 100 * frac, got / 1e6, total / 1e6, rate / 1e6);
+        fmt::print(stderr, "\r[{}{}] {:5.1f}% {:.1f}/{:.1f} MB {:.1f} MB/s ",
+                   std::string(filled, '#'), std::string(width - filled, ' '), 100 * frac,
+                   got / 1e6, total / 1e6, rate / 1e6);
       } else if (now - last_log > std::chrono::seconds(10)) {
         last_log = now;
         spdlog::info("hub: {:.1f} of {:.1f} MB ({:.1f} MB/s)", got / 1e6, total / 1e6, rate / 1e6);
@@ -368,15 +403,19 @@ class Downloader {
 
 std::string describe(Need need) {
   switch (need) {
-    case Need::kModel: return "model";
-    case Need::kConfig: return "config";
-    case Need::kTokenizer: return "tokenizer";
+    case Need::kModel:
+      return "model";
+    case Need::kConfig:
+      return "config";
+    case Need::kTokenizer:
+      return "tokenizer";
   }
   return "?";
 }
 
 // Resolves from the cache alone; errors name what is missing.
-Result<std::string> resolve_offline(const RepoRef& ref, Need need, const RepoCache& cache, const HubSettings& s) {
+Result<std::string> resolve_offline(const RepoRef& ref, Need need, const RepoCache& cache,
+                                    const HubSettings& s) {
   const auto commit = cache.commit_for(ref.revision);
   if (!commit) {
     return make_error(ErrorCode::kNotFound,
@@ -387,20 +426,25 @@ Result<std::string> resolve_offline(const RepoRef& ref, Need need, const RepoCac
   const auto files = cache.snapshot_files(*commit);
   auto plan = plan_files(files, need, ref.tag);
   if (!plan) {
-    return plan.error().with_context("offline: the cached snapshot {} of {} is incomplete for the {}",
-                                     commit->substr(0, 12), ref.repo_id, describe(need));
+    return plan.error().with_context(
+        "offline: the cached snapshot {} of {} is incomplete for the {}", commit->substr(0, 12),
+        ref.repo_id, describe(need));
   }
   std::vector<std::string> missing;
-  auto have = [&](const std::string& f) { return std::binary_search(files.begin(), files.end(), f); };
+  auto have = [&](const std::string& f) {
+    return std::binary_search(files.begin(), files.end(), f);
+  };
   std::vector<std::string> required = plan->required;
   if (!plan->index.empty() && have(plan->index)) {
-    FLINT_ASSIGN_OR_RETURN(auto shards, index_shards(cache.snapshot_dir(*commit) + "/" + plan->index, ""));
+    FLINT_ASSIGN_OR_RETURN(auto shards,
+                           index_shards(cache.snapshot_dir(*commit) + "/" + plan->index, ""));
     required.insert(required.end(), shards.begin(), shards.end());
   }
   if (!plan->primary.empty()) {  // a shard set must be complete
     const auto [set, count] = gguf_set(plan->primary);
     if (count > 1) {
-      for (int i = 1; i <= count; ++i) required.push_back(fmt::format("{}-{:05d}-of-{:05d}.gguf", set, i, count));
+      for (int i = 1; i <= count; ++i)
+        required.push_back(fmt::format("{}-{:05d}-of-{:05d}.gguf", set, i, count));
     }
   }
   for (const auto& f : required)
@@ -434,13 +478,15 @@ Result<std::string> resolve(const std::string& spec, Need need, const ResolveOpt
   RepoCache cache(s.cache_dir, ref.repo_id);
   if (s.offline) return resolve_offline(ref, need, cache, s);
 
-  const std::string api = s.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_encode(ref.revision, false);
+  const std::string api =
+      s.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_encode(ref.revision, false);
   auto info = http_request(HttpRequest{"GET", api, auth_headers(s), true});
   if (!info) return network_hint(info.error()).with_context("resolving {}", spec);
   if (info->status != 200) {
     const ErrorCode code = info->status == 404 ? ErrorCode::kNotFound
-                           : (info->status == 401 || info->status == 403) ? ErrorCode::kPermissionDenied
-                                                                           : ErrorCode::kNetwork;
+                           : (info->status == 401 || info->status == 403)
+                               ? ErrorCode::kPermissionDenied
+                               : ErrorCode::kNetwork;
     return make_error(code, "{}", hub_error_hint(*info, ref, s));
   }
   std::string commit;
@@ -448,9 +494,11 @@ Result<std::string> resolve(const std::string& spec, Need need, const ResolveOpt
   try {
     const auto j = nlohmann::json::parse(info->body);
     commit = j.at("sha").get<std::string>();
-    for (const auto& sib : j.at("siblings")) files.push_back(sib.at("rfilename").get<std::string>());
+    for (const auto& sib : j.at("siblings"))
+      files.push_back(sib.at("rfilename").get<std::string>());
   } catch (const std::exception& e) {
-    return make_error(ErrorCode::kNetwork, "{}: unexpected reply from {}: {}", ref.repo_id, api, e.what());
+    return make_error(ErrorCode::kNetwork, "{}: unexpected reply from {}: {}", ref.repo_id, api,
+                      e.what());
   }
   std::sort(files.begin(), files.end());
   auto planned = plan_files(files, need, ref.tag);
@@ -462,10 +510,12 @@ Result<std::string> resolve(const std::string& spec, Need need, const ResolveOpt
   wanted.insert(wanted.end(), plan.optional.begin(), plan.optional.end());
   if (!plan.index.empty()) {
     FLINT_TRY(dl.fetch_all({plan.index}));
-    FLINT_ASSIGN_OR_RETURN(auto shards, index_shards(cache.snapshot_dir(commit) + "/" + plan.index, ""));
+    FLINT_ASSIGN_OR_RETURN(auto shards,
+                           index_shards(cache.snapshot_dir(commit) + "/" + plan.index, ""));
     for (const auto& sh : shards) {
       if (!std::binary_search(files.begin(), files.end(), sh))
-        return make_error(ErrorCode::kInvalidFile, "{}: the index names {}, which the repo does not have", spec, sh);
+        return make_error(ErrorCode::kInvalidFile,
+                          "{}: the index names {}, which the repo does not have", spec, sh);
       wanted.push_back(sh);
     }
   }

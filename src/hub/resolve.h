@@ -15,7 +15,8 @@ namespace flint::hub {
 enum class Need {
   kModel,      // weights (the chosen GGUF, or safetensors + config), plus tokenizer and configs
   kConfig,     // config.json and generation_config.json
-  kTokenizer,  // tokenizer.json, tokenizer_config.json, chat_template.jinja, special_tokens_map.json
+  kTokenizer,  // tokenizer.json, tokenizer_config.json, chat_template.jinja,
+               // special_tokens_map.json
 };
 
 struct ResolveOptions {

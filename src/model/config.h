@@ -4,11 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "core/result.h"
 
@@ -38,8 +37,8 @@ struct FlintConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
-  int64_t num_heads = 0;       // HF num_attention_heads
-  int64_t num_kv_heads = 0;    // HF num_key_value_heads
+  int64_t num_heads = 0;     // HF num_attention_heads
+  int64_t num_kv_heads = 0;  // HF num_key_value_heads
   int64_t head_dim = 0;
   int64_t intermediate_size = 0;                // dense MLP layers
   int64_t moe_intermediate_size = 0;            // each routed expert
@@ -83,7 +82,9 @@ struct FlintConfig {
   // parsers; call again after editing a config by hand.
   Status validate();
 
-  bool is_sliding(int64_t layer) const { return layer_types[layer] == LayerType::kSlidingAttention; }
+  bool is_sliding(int64_t layer) const {
+    return layer_types[layer] == LayerType::kSlidingAttention;
+  }
   int64_t num_full_layers() const;
   int64_t num_sliding_layers() const;
   // Parameter totals computed from the dimensions (spec section 7.2): all, and active per token

@@ -28,7 +28,8 @@ struct KvCacheSpec {
 //   seq_lens[s] - num_new .. seq_lens[s] - 1; positions before that are already in the cache.
 // Attention for a new token reads the earlier positions from the cache and the new ones from this
 // step; the backend writes the new K/V into the cache (slot_mapping for full layers, ring slot
-// position % sliding_window in ring ring_ids[s] for sliding layers) so that the next step sees them.
+// position % sliding_window in ring ring_ids[s] for sliding layers) so that the next step sees
+// them.
 struct StepInput {
   std::vector<int32_t> token_ids;        // [num_tokens]
   std::vector<int32_t> positions;        // [num_tokens] absolute position in its sequence
@@ -37,8 +38,8 @@ struct StepInput {
   std::vector<int32_t> ring_ids;         // [num_seqs] the sliding-window ring each sequence owns
   std::vector<int32_t> block_table;      // [num_seqs, max_blocks_per_seq] full-layer page ids
   int32_t max_blocks_per_seq = 0;
-  std::vector<int32_t> slot_mapping;     // [num_tokens] page_id * page_size + offset
-  std::vector<int32_t> logits_indices;   // [num_logits] token rows whose logits are returned
+  std::vector<int32_t> slot_mapping;    // [num_tokens] page_id * page_size + offset
+  std::vector<int32_t> logits_indices;  // [num_logits] token rows whose logits are returned
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_lens.size()); }

@@ -35,20 +35,21 @@ struct LayerWeights {
   ConstTensorView sinks;      // [num_heads] (F32 or BF16; used in F32)
 
   // Dense layers (layer_is_dense): SiLU-gated MLP.
-  Linear gate, up, down;      // [intermediate_size, hidden], [..], [hidden, intermediate_size]
+  Linear gate, up, down;  // [intermediate_size, hidden], [..], [hidden, intermediate_size]
 
   // MoE layers.
-  Linear router;                   // [num_experts, hidden_size]
-  ConstTensorView expert_bias;     // [num_experts] or empty
-  std::vector<Linear> exp_gate;    // num_experts x [moe_intermediate_size, hidden_size]
-  std::vector<Linear> exp_up;      // num_experts x [moe_intermediate_size, hidden_size]
-  std::vector<Linear> exp_down;    // num_experts x [hidden_size, moe_intermediate_size]
-  Linear sh_gate, sh_up, sh_down;  // shared expert, empty views if shared_expert_intermediate_size == 0
+  Linear router;                 // [num_experts, hidden_size]
+  ConstTensorView expert_bias;   // [num_experts] or empty
+  std::vector<Linear> exp_gate;  // num_experts x [moe_intermediate_size, hidden_size]
+  std::vector<Linear> exp_up;    // num_experts x [moe_intermediate_size, hidden_size]
+  std::vector<Linear> exp_down;  // num_experts x [hidden_size, moe_intermediate_size]
+  Linear sh_gate, sh_up,
+      sh_down;  // shared expert, empty views if shared_expert_intermediate_size == 0
 };
 
 struct FlintWeights {
   FlintConfig config;
-  ConstTensorView embed;       // [vocab_size, hidden_size]
+  ConstTensorView embed;  // [vocab_size, hidden_size]
   std::vector<LayerWeights> layers;
   ConstTensorView final_norm;  // [hidden_size]
   Linear lm_head;              // [vocab_size, hidden_size]
@@ -67,6 +68,10 @@ struct FlintWeights {
   // Loads whichever form `path` is (a .gguf file, or a directory / config.json).
   static Result<FlintWeights> load(const std::string& path,
                                    const FlintConfig* config_override = nullptr);
+  // Random weights of `config`'s shape (--load-format dummy): linears in `dtype` (F32 or BF16),
+  // norms 1, sinks and biases in F32. Deterministic for a seed. Errors when the weights would not
+  // fit in this machine's memory.
+  static Result<FlintWeights> dummy(const FlintConfig& config, DType dtype, uint64_t seed);
 };
 
 }  // namespace flint::model

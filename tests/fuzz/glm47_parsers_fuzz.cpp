@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ReasoningSplit split = glm47_split_reasoning(text, true);
   Glm47ReasoningStreamParser rs(true);
   ReasoningSplit acc;
-  for (const ReasoningSplit& d : {rs.feed(text.substr(0, cut)), rs.feed(text.substr(cut)), rs.finish()}) {
+  for (const ReasoningSplit& d :
+       {rs.feed(text.substr(0, cut)), rs.feed(text.substr(cut)), rs.finish()}) {
     acc.reasoning += d.reasoning;
     acc.content += d.content;
   }

@@ -51,20 +51,25 @@ TEST(RepoRef, ParsesRevisionAndTag) {
 }
 
 TEST(RepoRef, RejectsMalformedIds) {
-  for (const char* bad : {"name", "a/b/c", "/abs/path", "org/", "/name", "org/na me", "org/x@", "org/x:",
-                          "../etc", "org/..", "org/.hidden"}) {
+  for (const char* bad : {"name", "a/b/c", "/abs/path", "org/", "/name", "org/na me", "org/x@",
+                          "org/x:", "../etc", "org/..", "org/.hidden"}) {
     EXPECT_FALSE(parse_repo_ref(bad)) << bad;
   }
 }
 
 TEST(SelectFiles, SafetensorsRepoTakesConfigWeightsAndTokenizer) {
-  const std::vector<std::string> files = {"README.md", "config.json", "generation_config.json",
-                                          "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+  const std::vector<std::string> files = {"README.md",
+                                          "config.json",
+                                          "generation_config.json",
+                                          "model.safetensors",
+                                          "tokenizer.json",
+                                          "tokenizer_config.json",
                                           "original/consolidated.safetensors"};
   auto got = select_files(files, Need::kModel, "");
   ASSERT_TRUE(got);
-  EXPECT_EQ(*got, (std::vector<std::string>{"config.json", "model.safetensors", "generation_config.json",
-                                            "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(*got,
+            (std::vector<std::string>{"config.json", "model.safetensors", "generation_config.json",
+                                      "tokenizer.json", "tokenizer_config.json"}));
   got = select_files(files, Need::kTokenizer, "");
   ASSERT_TRUE(got);
   EXPECT_EQ(*got, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
