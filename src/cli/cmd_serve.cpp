@@ -270,7 +270,10 @@ std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop.store(true); }
 
 int serve(ServeArgs a) {
-  if (a.model.empty()) a.model = default_model();
+  if (a.model.empty()) {  // the bundled model answers to its own name, not to a path
+    a.model = default_model();
+    if (a.served_model_names.empty()) a.served_model_names.push_back("flint-nano");
+  }
   auto sc = server_config(a);
   if (!sc) {
     spdlog::error("{}", sc.error().message);
