@@ -79,15 +79,7 @@ Status generate(const GenerateArgs& args) {
   using Clock = std::chrono::steady_clock;
   // MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolve them to local paths.
   GenerateArgs a = args;
-  FLINT_ASSIGN_OR_RETURN(a.model, resolve_model_arg(args.model, ArgKind::kModel));
-  if (!a.tokenizer_path.empty()) {
-    FLINT_ASSIGN_OR_RETURN(a.tokenizer_path,
-                           resolve_model_arg(args.tokenizer_path, ArgKind::kTokenizer));
-  }
-  if (!a.hf_config_path.empty()) {
-    FLINT_ASSIGN_OR_RETURN(a.hf_config_path,
-                           resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
-  }
+  FLINT_TRY(resolve_model_args(a.model, a.tokenizer_path, a.hf_config_path));
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {
     auto c = model::FlintConfig::from_hf_path(a.hf_config_path);

@@ -141,14 +141,7 @@ Status load(const ServeArgs& args, Loaded& out) {
   // MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolve them to local paths
   // through the shared HF cache (downloading what is missing unless HF_HUB_OFFLINE=1).
   ServeArgs a = args;
-  FLINT_ASSIGN_OR_RETURN(a.model, resolve_model_arg(args.model, ArgKind::kModel));
-  if (!a.tokenizer.empty()) {
-    FLINT_ASSIGN_OR_RETURN(a.tokenizer, resolve_model_arg(args.tokenizer, ArgKind::kTokenizer));
-  }
-  if (!a.hf_config_path.empty()) {
-    FLINT_ASSIGN_OR_RETURN(a.hf_config_path,
-                           resolve_model_arg(args.hf_config_path, ArgKind::kConfig));
-  }
+  FLINT_TRY(resolve_model_args(a.model, a.tokenizer, a.hf_config_path));
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {
     auto c = model::FlintConfig::from_hf_path(a.hf_config_path);

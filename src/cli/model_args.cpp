@@ -28,4 +28,15 @@ Result<std::string> resolve_model_arg(const std::string& spec, ArgKind kind) {
 #endif
 }
 
+Status resolve_model_args(std::string& model, std::string& tokenizer, std::string& hf_config_path) {
+  FLINT_ASSIGN_OR_RETURN(model, resolve_model_arg(model, ArgKind::kModel));
+  if (!tokenizer.empty()) {
+    FLINT_ASSIGN_OR_RETURN(tokenizer, resolve_model_arg(tokenizer, ArgKind::kTokenizer));
+  }
+  if (!hf_config_path.empty()) {
+    FLINT_ASSIGN_OR_RETURN(hf_config_path, resolve_model_arg(hf_config_path, ArgKind::kConfig));
+  }
+  return ok();
+}
+
 }  // namespace flint::cli
