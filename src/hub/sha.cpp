@@ -47,6 +47,30 @@ void pad_and_finish(Hash& h, uint64_t total_bytes) {
   h.update(len, 8);
 }
 
+// Feeds bytes through a 64-byte block buffer: full blocks go to `block` straight from the input,
+// the tail waits in `buf` for the next update. Shared by SHA-256 and SHA-1.
+template <typename BlockFn>
+void absorb(std::array<uint8_t, 64>& buf, size_t& buf_len, const uint8_t* p, size_t n,
+            BlockFn&& block) {
+  while (n > 0) {
+    if (buf_len == 0 && n >= 64) {
+      block(p);
+      p += 64;
+      n -= 64;
+      continue;
+    }
+    const size_t take = std::min(n, 64 - buf_len);
+    std::memcpy(buf.data() + buf_len, p, take);
+    buf_len += take;
+    p += take;
+    n -= take;
+    if (buf_len == 64) {
+      block(buf.data());
+      buf_len = 0;
+    }
+  }
+}
+
 }  // namespace
 
 Sha256::Sha256()
@@ -86,25 +110,9 @@ void Sha256::block(const uint8_t* p) {
 }
 
 void Sha256::update(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
   total_ += n;
-  while (n > 0) {
-    if (buf_len_ == 0 && n >= 64) {
-      block(p);
-      p += 64;
-      n -= 64;
-      continue;
-    }
-    const size_t take = std::min(n, 64 - buf_len_);
-    std::memcpy(buf_.data() + buf_len_, p, take);
-    buf_len_ += take;
-    p += take;
-    n -= take;
-    if (buf_len_ == 64) {
-      block(buf_.data());
-      buf_len_ = 0;
-    }
-  }
+  absorb(buf_, buf_len_, static_cast<const uint8_t*>(data), n,
+         [this](const uint8_t* p) { block(p); });
 }
 
 std::string Sha256::hex_digest() {
@@ -149,19 +157,9 @@ void Sha1::block(const uint8_t* p) {
 }
 
 void Sha1::update(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
   total_ += n;
-  while (n > 0) {
-    const size_t take = std::min(n, 64 - buf_len_);
-    std::memcpy(buf_.data() + buf_len_, p, take);
-    buf_len_ += take;
-    p += take;
-    n -= take;
-    if (buf_len_ == 64) {
-      block(buf_.data());
-      buf_len_ = 0;
-    }
-  }
+  absorb(buf_, buf_len_, static_cast<const uint8_t*>(data), n,
+         [this](const uint8_t* p) { block(p); });
 }
 
 std::string Sha1::hex_digest() {
