@@ -1,12 +1,15 @@
 // The CUDA forward pass: spec section 2 as a sequence of launches over all rows of a step.
-// Attention reads this step's own K/V from step rows and the cache is written after it, so a
-// prefill chunk longer than the sliding window never reads a ring slot it already overwrote.
+// Attention reads this step's own K/V from step rows and, for chunks, the cache is written after
+// it, so a prefill chunk longer than the sliding window never reads a ring slot it already
+// overwrote. Decode steps (one new token per sequence) write the cache first, in the q/k-norm
+// kernel, which leaves two launches per layer for attention.
 #include "backends/cuda/forward.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 
 #include "backends/cuda/fill.h"
 #include "backends/cuda/kernels/decode_attention.h"
@@ -20,7 +23,12 @@
 namespace flint::cuda {
 namespace {
 
-constexpr int kMaxSplits = kAttentionMaxSplits;
+// Graph buckets: the next power of two (at least 64), capped at `cap`.
+int64_t key_bucket(int64_t keys, int64_t cap) {
+  int64_t b = 64;
+  while (b < keys) b *= 2;
+  return std::min(b, std::max<int64_t>(cap, 1));
+}
 
 int64_t count_layers(const model::FlintConfig& c, bool sliding) {
   int64_t n = 0;
@@ -58,6 +66,9 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   f->slots_ = static_cast<int>(c.num_experts_per_tok) + w.num_shared_slots();
   f->max_act_cols_ = std::max({c.intermediate_size, c.moe_intermediate_size,
                                c.shared_expert_intermediate_size, int64_t(1)});
+  int dev = 0;
+  FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+  FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&f->num_sms_, cudaDevAttrMultiProcessorCount, dev));
   return f;
 }
 
@@ -120,7 +131,13 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   FLINT_CUDA_CHECK(cudaMallocHost(&pinned_, pinned_elems_ * 4));
 
   const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
-  const int64_t attn_ws = (kAttentionTargetBlocks / Hkv + 1 + T) * H * (D + 2) * 2;
+  const int64_t attn_ws = decode_attention_workspace(
+      cap_tokens_, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), num_sms_);
+  auto cb =
+      DeviceBuffer::allocate(decode_attention_counters(cap_tokens_, static_cast<int>(Hkv)) * 4);
+  if (!cb) return cb.error().with_context("allocating attention counters");
+  attn_counters_ = std::move(cb).value();
+  FLINT_CUDA_CHECK(cudaMemset(attn_counters_.data(), 0, attn_counters_.size()));
   // Segments start on 64-float boundaries: the kernels load activations 16 bytes at a time.
   const int64_t sizes[] = {T * d,
                            T * d,
@@ -174,7 +191,17 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   }
   const int64_t num_slots = spec_.num_pages * spec_.page_size;
   std::vector<int32_t> seq_idx(T);
-  StepPlan plan{T, S, static_cast<int>(st.logits_indices.size()), 0, 0};
+  StepPlan plan;
+  plan.num_tokens = T;
+  plan.num_seqs = S;
+  plan.num_logits = static_cast<int>(st.logits_indices.size());
+  // The block table goes up with a power-of-two row stride so that the stride, a launch argument,
+  // changes rarely.
+  int32_t stride = 16;
+  while (stride < st.max_blocks_per_seq) stride *= 2;
+  plan.max_blocks_per_seq = stride;
+  plan.decode = T == S;  // each sequence has at least one token (positions checked below)
+  int64_t max_full_keys = 0, max_sliding_keys = 0;
   for (int q = 0; q < S; ++q) {
     const int32_t b = st.query_start_loc[q], e = st.query_start_loc[q + 1];
     if (e < b) return bad("query_start_loc is not sorted at sequence {}", q);
@@ -204,19 +231,29 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
           (st.slot_mapping[t] < 0 || st.slot_mapping[t] >= num_slots)) {
         return bad("token {} maps to slot {} of {}", t, st.slot_mapping[t], num_slots);
       }
-      plan.max_full_keys = std::max<int64_t>(plan.max_full_keys, st.positions[t] + 1);
-      plan.max_sliding_keys = std::max<int64_t>(
-          plan.max_sliding_keys, std::min<int64_t>(st.positions[t] + 1, c.sliding_window));
+      max_full_keys = std::max<int64_t>(max_full_keys, st.positions[t] + 1);
+      max_sliding_keys = std::max<int64_t>(
+          max_sliding_keys, std::min<int64_t>(st.positions[t] + 1, c.sliding_window));
     }
+    if (e == b) plan.decode = false;  // a sequence with no new token
   }
+  const int Hkv = static_cast<int>(c.num_kv_heads);
+  plan.full_splits = decode_attention_splits(
+      T, Hkv, key_bucket(max_full_keys, std::numeric_limits<int32_t>::max()), num_sms_);
+  plan.sliding_splits =
+      decode_attention_splits(T, Hkv, key_bucket(max_sliding_keys, c.sliding_window), num_sms_);
   for (int32_t id : st.token_ids) {
     if (id < 0 || id >= c.vocab_size) return bad("token id {} outside [0, {})", id, c.vocab_size);
   }
   for (int32_t r : st.logits_indices) {
     if (r < 0 || r >= T) return bad("logits row {} outside [0, {})", r, T);
   }
-  FLINT_TRY(reserve(T, S, int64_t(st.block_table.size()), plan.num_logits));
-  max_blocks_per_seq_ = st.max_blocks_per_seq;
+  std::vector<int32_t> table(size_t(S) * stride, 0);
+  for (int q = 0; q < S; ++q) {
+    std::copy_n(st.block_table.begin() + int64_t(q) * st.max_blocks_per_seq, st.max_blocks_per_seq,
+                table.begin() + int64_t(q) * stride);
+  }
+  FLINT_TRY(reserve(T, S, int64_t(table.size()), plan.num_logits));
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));  // the pinned staging may still be in flight
   int32_t* p = pinned_;
   auto put = [&](const int32_t* src, size_t n, int32_t* dst) {
@@ -229,7 +266,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   put(seq_idx.data(), T, d_seq_);
   put(st.slot_mapping.data(), T, d_slots_);
   put(st.ring_ids.data(), S, d_rings_);
-  put(st.block_table.data(), st.block_table.size(), d_table_);
+  put(table.data(), table.size(), d_table_);
   put(st.logits_indices.data(), st.logits_indices.size(), d_logit_rows_);
   put(st.query_start_loc.data(), S + 1, d_qsl_);
   put(st.seq_lens.data(), S, d_seq_lens_);
@@ -265,7 +302,7 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
                d_qsl_,
                d_seq_lens_,
                d_table_,
-               max_blocks_per_seq_,
+               plan.max_blocks_per_seq,
                static_cast<int>(spec_.page_size),
                static_cast<int>(c.sliding_window)};
     auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
@@ -276,18 +313,26 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
                       eps,
                       static_cast<bool>(c.layer_uses_rope[l]),
                       c.rope_theta};
-    qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s);
+    // Decode steps store K/V in the cache here; chunks after attention (docs/ARCHITECTURE.md:
+    // a chunk longer than the window would overwrite ring slots its own rows still read).
+    const KvCacheTarget cache{k_cache(l), v_cache(l), kv, sliding};
+    qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s,
+                    plan.decode ? &cache : nullptr);
     mark("qk_norm_rope");
-    DecodeAttentionArgs aa{
-        static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), attn_scale, sliding, 1};
-    aa.num_splits = decode_attention_splits(
-        T, aa.num_kv_heads, sliding ? plan.max_sliding_keys : plan.max_full_keys, kMaxSplits);
+    DecodeAttentionArgs aa{static_cast<int>(H),
+                           static_cast<int>(Hkv),
+                           static_cast<int>(D),
+                           attn_scale,
+                           sliding,
+                           sliding ? plan.sliding_splits : plan.full_splits};
     decode_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T, aa,
-                     ws_attn_part_, s);
+                     ws_attn_part_, attn_counters_.as<int32_t>(), s);
     mark(sliding ? "attention_sliding" : "attention_full");
-    kv_cache_write(k_cache(l), v_cache(l), k_step, v_step, kv, T, static_cast<int>(Hkv),
-                   static_cast<int>(D), sliding, s);
-    mark("kv_cache_write");
+    if (!plan.decode) {
+      kv_cache_write(k_cache(l), v_cache(l), k_step, v_step, kv, T, static_cast<int>(Hkv),
+                     static_cast<int>(D), sliding, s);
+      mark("kv_cache_write");
+    }
     gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
     mark("o_proj");
     rms_norm(ws_a_, d, ws_h_, d, L.ffn_norm, T, d, eps, s);

@@ -23,13 +23,23 @@ class OpTimer {
   virtual void mark(const char* op, cudaStream_t s) = 0;
 };
 
-// Host-side facts about an uploaded step that the enqueue needs.
+// Host-side facts about an uploaded step that the enqueue needs. enqueue() depends on nothing
+// else of the step (context lengths are read on the device), so equal plans can replay one
+// captured CUDA graph.
 struct StepPlan {
   int num_tokens = 0;
   int num_seqs = 0;
   int num_logits = 0;
-  int64_t max_full_keys = 0;     // most keys any row sees in a full layer
-  int64_t max_sliding_keys = 0;  // ... in a sliding layer
+  int max_blocks_per_seq = 0;  // device block_table row stride: a power of two >= 16
+  // Attention splits per layer kind, chosen from the most keys any row sees rounded up to a power
+  // of two (so neighbouring context lengths share a plan).
+  int full_splits = 1;
+  int sliding_splits = 1;
+  // Every sequence has exactly one new token: K/V go to the cache before attention, in the
+  // q/k-norm kernel, and attention reads only the cache and this step's rows.
+  bool decode = false;
+
+  bool operator==(const StepPlan&) const = default;
 };
 
 class CudaForward {
@@ -83,8 +93,9 @@ class CudaForward {
   float *ws_h_ = nullptr, *ws_a_ = nullptr, *ws_qkv_ = nullptr, *ws_q_ = nullptr,
         *ws_attn_ = nullptr, *ws_act_ = nullptr, *ws_rlogits_ = nullptr, *ws_rw_ = nullptr,
         *ws_attn_part_ = nullptr, *ws_logits_ = nullptr, *ws_alog_ = nullptr, *ws_kstep_ = nullptr,
-        *ws_vstep_ = nullptr;  // bf16 [num_tokens, Hkv, D] each
-  int max_blocks_per_seq_ = 0;
+        *ws_vstep_ = nullptr;   // bf16 [num_tokens, Hkv, D] each
+  DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
+  int num_sms_ = 1;
 };
 
 }  // namespace flint::cuda

@@ -1,18 +1,24 @@
-// Split-KV decode attention. Block = (kv head, split, token row), 4 warps. A group of D/8 lanes
-// owns one key at a time (16-byte K/V loads); each group keeps an online softmax for the G query
-// heads of its kv head over a tile of keys; the block merges its groups, and a second kernel
-// merges the splits and adds the sink. Reference: tests/kernels/reference.h (spec 2.3).
-// Test: tests/kernels/decode_attention_test.cu
+// Split-KV decode attention on tensor cores. Block = (kv head, split, row), 4 warps; each warp
+// streams its own 16-key tiles of K and V into shared memory with cp.async (kStages deep) and runs
+// S = Q K^T and O += P V as mma.m16n8k16 with the G <= 8 query heads of the kv head as rows 0..7
+// and their bf16 low parts as rows 8..15, so q and p keep ~16 mantissa bits (fp32-like results)
+// at no extra mma. The block merges its warps; with several splits the last block of a
+// (row, kv head) to finish (atomic counter) merges them and adds the sink.
+// Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
-#include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/decode_attention.h"
 
 namespace flint::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+constexpr int kTileKeys = 16;  // keys per warp tile: the K dimension of one P.V mma
+constexpr int kStages = 4;     // tiles per warp in flight (3 loading while one computes)
+constexpr int kMaxGroup = 8;   // query heads per kv head: the mma's 8 "high" rows
+constexpr int kMinKeysPerSplit = 64;
+constexpr float kLog2e = 1.4426950408889634f;
 
 struct AttnKernelArgs {
   const float* q;
@@ -20,232 +26,373 @@ struct AttnKernelArgs {
   const __nv_bfloat16* v_cache;
   const __nv_bfloat16* k_step;
   const __nv_bfloat16* v_step;
+  const float* sinks;
+  float* out;
+  float* part;        // [num_rows, H, S, D + 2]: D accumulators, then m (log2 units), l
+  int32_t* counters;  // [num_rows, Hkv]
   TokenKv kv;
   DecodeAttentionArgs a;
-  float* part;  // [num_tokens, H, S, D + 2]: D accumulators, then m, l
 };
 
-__device__ __forceinline__ int64_t key_slot(const TokenKv& kv, bool sliding, int seq, int64_t p) {
+template <int D>
+constexpr int stage_bytes() {
+  return 2 * kTileKeys * D * 2;  // K then V tile, bf16
+}
+template <int D>
+constexpr int smem_bytes() {
+  return std::max(kWarps * kStages * stage_bytes<D>(), kWarps * kMaxGroup * (D + 2) * 4);
+}
+
+// Byte offset of 16-byte chunk `c` of tile row `r` (rows of D bf16): chunks are XOR-swizzled by
+// the row so the 8 rows an ldmatrix reads fall in different banks.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  constexpr int kChunks = D / 8;
+  constexpr int kSw = kChunks < 8 ? kChunks : 8;
+  return uint32_t(r * kChunks + (c ^ (r & (kSw - 1)))) * 16u;
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a * b for one m16n8k16 bf16 tile with f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// x = hi + lo with both bf16: the pair carries ~16 mantissa bits.
+__device__ __forceinline__ void split_bf16(float x, __nv_bfloat16& hi, __nv_bfloat16& lo) {
+  hi = __float2bfloat16_rn(x);
+  lo = __float2bfloat16_rn(x - __bfloat162float(hi));
+}
+
+// 2^(m - M), 0 for an empty partial (m = -inf).
+__device__ __forceinline__ float rescale(float m, float M) {
+  return m == -INFINITY ? 0.0f : exp2f(m - M);
+}
+
+// Cache row of position p (< 2^31: 32-bit division).
+__device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int seq, int p) {
   if (sliding) return int64_t(kv.ring_ids[seq]) * kv.window + p % kv.window;
   const int32_t page = kv.block_table[int64_t(seq) * kv.max_blocks_per_seq + p / kv.page_size];
   return int64_t(page) * kv.page_size + p % kv.page_size;
 }
 
-template <int D, int G>
-__global__ void __launch_bounds__(kWarps * 32) decode_attention_kernel(AttnKernelArgs args) {
-  constexpr int KL = D / 8;          // lanes per key
-  constexpr int KPW = 32 / KL;       // keys per warp at a time
-  constexpr int NG = kWarps * KPW;   // key groups per block
-  constexpr int T = G >= 8 ? 2 : 4;  // keys per group per tile
-  __shared__ float sm_m[NG][G], sm_l[NG][G];
-  __shared__ float sm_acc[NG][G][D];
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKernelArgs args) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per key row
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float sm_w[kMaxGroup][kAttentionMaxSplits];
+  __shared__ float sm_inv_z[kMaxGroup];
+  __shared__ int sm_last;
 
-  const int kvh = blockIdx.x, split = blockIdx.y, t = blockIdx.z;
+  const int kvh = blockIdx.x, split = blockIdx.y, row = blockIdx.z;
   const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
+  const int G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int sub = lane % KL;  // which 8 channels
-  const int gi = warp * KPW + lane / KL;
+  const int gr = lane >> 2, qd = lane & 3;  // mma fragment row (query head) and column pair
   const TokenKv& kv = args.kv;
   const bool sliding = args.a.sliding;
-  const int seq = kv.seq_idx[t];
-  const int64_t pos = kv.positions[t];
+  const int seq = kv.seq_idx[row];
+  const int64_t pos = kv.positions[row];
   const int64_t first = sliding ? max(int64_t(0), pos - kv.window + 1) : 0;
   const int64_t count = pos - first + 1;
-  const int64_t per_split = (count + S - 1) / S;
+  const int64_t per_split = ((count + S - 1) / S + kTileKeys - 1) & ~int64_t(kTileKeys - 1);
   const int64_t begin = first + split * per_split;
   const int64_t end = min(first + count, begin + per_split);
   const int32_t q_start = kv.query_start_loc[seq];
   const int64_t first_new = kv.seq_lens[seq] - (kv.query_start_loc[seq + 1] - q_start);
 
-  float qv[G][8];
+  // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.
+  uint32_t qa[D / 16][4];
+  {
+    const float qs = args.a.scale * kLog2e;
+    const float* qp = args.q + (int64_t(row) * H + kvh * G + gr) * D + 2 * qd;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const float* qp = args.q + (int64_t(t) * H + kvh * G + g) * D + sub * 8;
+    for (int ks = 0; ks < D / 16; ++ks) {
+      __nv_bfloat16 hi[4], lo[4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qv[g][i] = qp[i] * args.a.scale;
-  }
-  float m[G], l[G], acc[G][8];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
-  }
-
-  for (int64_t base = begin; base < end; base += int64_t(NG) * T) {
-    uint4 kr[T], vr[T];
-    bool valid[T];
-#pragma unroll
-    for (int u = 0; u < T; ++u) {
-      const int64_t p = base + int64_t(u) * NG + gi;
-      valid[u] = p < end;
-      if (valid[u]) {
-        const bool in_step = p >= first_new;
-        const int64_t row = in_step ? q_start + (p - first_new) : key_slot(kv, sliding, seq, p);
-        const int64_t off = (row * Hkv + kvh) * D + sub * 8;
-        kr[u] = __ldg(reinterpret_cast<const uint4*>((in_step ? args.k_step : args.k_cache) + off));
-        vr[u] = __ldg(reinterpret_cast<const uint4*>((in_step ? args.v_step : args.v_cache) + off));
-      } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < 4; ++i) {
+        const float x = gr < G ? qp[ks * 16 + (i & 1) + (i >> 1) * 8] * qs : 0.0f;
+        split_bf16(x, hi[i], lo[i]);
       }
-    }
-    float sc[T][G];
-#pragma unroll
-    for (int u = 0; u < T; ++u) {
-      float kf[8];
-      dev::bf16x8_to_f32(kr[u], kf);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) d += qv[g][i] * kf[i];
-#pragma unroll
-        for (int o = KL / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        sc[u][g] = valid[u] ? d : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float mx = m[g];
-#pragma unroll
-      for (int u = 0; u < T; ++u) mx = fmaxf(mx, sc[u][g]);
-      if (mx == -INFINITY) continue;  // nothing valid yet for this group
-      const float corr = __expf(m[g] - mx);
-      l[g] *= corr;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] *= corr;
-      m[g] = mx;
-#pragma unroll
-      for (int u = 0; u < T; ++u) {
-        const float p = __expf(sc[u][g] - mx);
-        l[g] += p;
-        float vf[8];
-        dev::bf16x8_to_f32(vr[u], vf);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[g][i] += p * vf[i];
-      }
+      qa[ks][0] = pack_bf16(hi[0], hi[1]);
+      qa[ks][1] = pack_bf16(lo[0], lo[1]);
+      qa[ks][2] = pack_bf16(hi[2], hi[3]);
+      qa[ks][3] = pack_bf16(lo[2], lo[3]);
     }
   }
 
-  // Merge the NG groups of this block.
+  const int64_t num_keys = end > begin ? end - begin : 0;
+  const int num_tiles = static_cast<int>((num_keys + kTileKeys - 1) / kTileKeys);
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
+  const uint32_t wsm = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) +
+                       uint32_t(warp * kStages * stage_bytes<D>());
+
+  // Tile j of this warp: keys begin + (warp + j * kWarps) * 16 ...; missing keys are zero-filled.
+  auto issue = [&](int j) {
+    if (j < my_tiles) {
+      const uint32_t st = wsm + uint32_t((j % kStages) * stage_bytes<D>());
+      const int64_t key0 = begin + int64_t(warp + j * kWarps) * kTileKeys;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (sub == 0) {
-      sm_m[gi][g] = m[g];
-      sm_l[gi][g] = l[g];
+      for (int i = 0; i < kChunks / 2; ++i) {
+        const int c = lane + 32 * i;
+        const int r = c / kChunks, ch = c % kChunks;
+        const int64_t p = key0 + r;
+        const bool valid = p < end;
+        const __nv_bfloat16* ksrc = args.k_cache;
+        const __nv_bfloat16* vsrc = args.v_cache;
+        if (valid) {
+          const bool in_step = p >= first_new;
+          const int64_t kr =
+              in_step ? q_start + (p - first_new) : key_row(kv, sliding, seq, static_cast<int>(p));
+          const int64_t off = (kr * Hkv + kvh) * D + ch * 8;
+          ksrc = (in_step ? args.k_step : args.k_cache) + off;
+          vsrc = (in_step ? args.v_step : args.v_cache) + off;
+        }
+        cp_async16(st + swz<D>(r, ch), ksrc, valid);
+        cp_async16(st + uint32_t(kTileKeys * D * 2) + swz<D>(r, ch), vsrc, valid);
+      }
+    }
+    cp_async_commit();  // empty groups keep the wait count uniform
+  };
+
+  float m = -INFINITY, l = 0.0f;  // running max (log2 units) and this lane's part of the sum
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb) oacc[nb][0] = oacc[nb][1] = oacc[nb][2] = oacc[nb][3] = 0.0f;
+
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) issue(j);
+  for (int j = 0; j < my_tiles; ++j) {
+    issue(j + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint32_t kt = wsm + uint32_t((j % kStages) * stage_bytes<D>());
+    const uint32_t vt = kt + uint32_t(kTileKeys * D * 2);
+    const int64_t key0 = begin + int64_t(warp + j * kWarps) * kTileKeys;
+
+    // S = Q K^T: columns are the tile's keys, 8 per mma (key blocks 0 and 1).
+    float sacc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t b[4];
+      ldmatrix_x4(b, kt + swz<D>((lane >> 4) * 8 + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
+      mma_bf16(sacc[0], qa[ks], b[0], b[1]);
+      mma_bf16(sacc[1], qa[ks], b[2], b[3]);
+    }
+    float sc[2][2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = key0 + kb * 8 + 2 * qd + e < end;
+        sc[kb][e] = valid ? sacc[kb][e] + sacc[kb][2 + e] : -INFINITY;
+        mx = fmaxf(mx, sc[kb][e]);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);  // finite: a tile holds at least one valid key
+    const float corr = rescale(m, m_new);
+    m = m_new;
+    l *= corr;
+    uint32_t pa[4];
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+      __nv_bfloat16 hi[2], lo[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2f(sc[kb][e] - m_new);
+        l += p;
+        split_bf16(p, hi[e], lo[e]);
+      }
+      pa[2 * kb] = pack_bf16(hi[0], hi[1]);
+      pa[2 * kb + 1] = pack_bf16(lo[0], lo[1]);
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[gi][g][sub * 8 + i] = acc[g][i];
+    for (int nb = 0; nb < D / 8; ++nb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) oacc[nb][i] *= corr;
+    }
+    // O += P V: P's A fragment is exactly the S accumulator layout.
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vt + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), nb + (lane >> 4)));
+      mma_bf16(oacc[nb], pa, b[0], b[1]);
+      mma_bf16(oacc[nb + 1], pa, b[2], b[3]);
+    }
+    __syncwarp();  // the next issue() overwrites this stage
+  }
+  cp_async_wait<0>();
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  __syncthreads();  // the stages become the merge area
+
+  // Merge the warps: [kWarps][kMaxGroup][D + 2] floats (D accumulators, m, l).
+  float* mg = reinterpret_cast<float*>(smem);
+  {
+    float* mw = mg + (warp * kMaxGroup + gr) * (D + 2);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      mw[nb * 8 + 2 * qd] = oacc[nb][0] + oacc[nb][2];
+      mw[nb * 8 + 2 * qd + 1] = oacc[nb][1] + oacc[nb][3];
+    }
+    if (qd == 0) {
+      mw[D] = m;
+      mw[D + 1] = l;
+    }
   }
   __syncthreads();
+  const int64_t head0 = int64_t(row) * H + kvh * G;
   for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
     const int g = idx / D, d = idx % D;
     float M = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < NG; ++j) M = fmaxf(M, sm_m[j][g]);
-    float L = 0.0f, A = 0.0f;
-    if (M != -INFINITY) {
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, mg[(w * kMaxGroup + g) * (D + 2) + D]);
+    float A = 0.0f, L = 0.0f;
 #pragma unroll
-      for (int j = 0; j < NG; ++j) {
-        const float w = __expf(sm_m[j][g] - M);
-        L += sm_l[j][g] * w;
-        A += sm_acc[j][g][d] * w;
+    for (int w = 0; w < kWarps; ++w) {
+      const float* mw = mg + (w * kMaxGroup + g) * (D + 2);
+      const float wt = rescale(mw[D], M);
+      A += mw[d] * wt;
+      L += mw[D + 1] * wt;
+    }
+    if (S == 1) {
+      const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
+      const float Mf = fmaxf(M, sink);
+      const float z = L * rescale(M, Mf) + rescale(sink, Mf);
+      args.out[(head0 + g) * D + d] = z > 0.0f ? A * rescale(M, Mf) / z : 0.0f;
+    } else {
+      float* pp = args.part + ((head0 + g) * S + split) * (D + 2);
+      pp[d] = A;
+      if (d == 0) {
+        pp[D] = M;
+        pp[D + 1] = L;
       }
     }
-    float* pp = args.part + ((int64_t(t) * H + kvh * G + g) * S + split) * (D + 2);
-    pp[d] = A;
-    if (d == 0) {
-      pp[D] = M;
-      pp[D + 1] = L;
-    }
   }
-}
+  if (S == 1) return;
 
-__global__ void merge_splits_kernel(float* __restrict__ out, const float* __restrict__ part,
-                                    const float* __restrict__ sinks, int H, int D, int S) {
-  const int t = blockIdx.x, h = blockIdx.y;
-  const float* pp = part + (int64_t(t) * H + h) * S * (D + 2);
-  const float sink = sinks != nullptr ? sinks[h] : -INFINITY;
-  float M = sink;
-  for (int s = 0; s < S; ++s) M = fmaxf(M, pp[s * (D + 2) + D]);
-  float Z = sink == -INFINITY ? 0.0f : __expf(sink - M);
-  for (int s = 0; s < S; ++s) {
-    const float ms = pp[s * (D + 2) + D];
-    if (ms != -INFINITY) Z += pp[s * (D + 2) + D + 1] * __expf(ms - M);
-  }
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < S; ++s) {
-      const float ms = pp[s * (D + 2) + D];
-      if (ms != -INFINITY) o += pp[s * (D + 2) + d] * __expf(ms - M);
+  // Last block of this (row, kv head) merges the S partials (threadFenceReduction pattern).
+  __threadfence();
+  __syncthreads();
+  int32_t* counter = args.counters + int64_t(row) * Hkv + kvh;
+  if (threadIdx.x == 0) sm_last = atomicAdd(counter, 1) == S - 1;
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();
+  for (int g = warp; g < G; g += kWarps) {
+    const float* pp = args.part + (head0 + g) * S * (D + 2);
+    const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
+    float M = sink;
+    for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(pp + s * (D + 2) + D));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float z = lane == 0 ? rescale(sink, M) : 0.0f;
+    for (int s = lane; s < S; s += 32) {
+      const float wt = rescale(__ldcg(pp + s * (D + 2) + D), M);
+      sm_w[g][s] = wt;
+      z += __ldcg(pp + s * (D + 2) + D + 1) * wt;
     }
-    out[(int64_t(t) * H + h) * D + d] = o / Z;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if (lane == 0) sm_inv_z[g] = z > 0.0f ? 1.0f / z : 0.0f;
   }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
+    const int g = idx / D, d = idx % D;
+    const float* pp = args.part + (head0 + g) * S * (D + 2) + d;
+    float o = 0.0f;
+    for (int s = 0; s < S; ++s) o += __ldcg(pp + s * (D + 2)) * sm_w[g][s];
+    args.out[(head0 + g) * D + d] = o * sm_inv_z[g];
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (graph replays included)
 }
 
 template <int D>
-void launch_d(const AttnKernelArgs& k, int G, dim3 grid, cudaStream_t s) {
-  switch (G) {
-    case 1:
-      decode_attention_kernel<D, 1><<<grid, kWarps * 32, 0, s>>>(k);
-      break;
-    case 2:
-      decode_attention_kernel<D, 2><<<grid, kWarps * 32, 0, s>>>(k);
-      break;
-    case 4:
-      decode_attention_kernel<D, 4><<<grid, kWarps * 32, 0, s>>>(k);
-      break;
-    case 8:
-      decode_attention_kernel<D, 8><<<grid, kWarps * 32, 0, s>>>(k);
-      break;
-    default:
-      FLINT_FAIL("decode_attention: {} query heads per kv head is not supported", G);
-  }
+void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
+  constexpr int kSmem = smem_bytes<D>();
+  // Once per process and instantiation; not a stream operation, so graph capture is unaffected.
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      decode_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  FLINT_CUDA_CHECK(configured);
+  decode_attention_kernel<D><<<grid, kWarps * 32, kSmem, s>>>(k);
 }
 
 }  // namespace
 
-int decode_attention_splits(int num_tokens, int num_kv_heads, int64_t max_keys, int max_splits) {
-  constexpr int64_t kMinKeysPerSplit = 128;
-  const int64_t want = ceil_div(kAttentionTargetBlocks, std::max(1, num_tokens * num_kv_heads));
-  const int64_t by_keys = ceil_div(std::max<int64_t>(max_keys, 1), kMinKeysPerSplit);
-  return static_cast<int>(std::clamp<int64_t>(std::min(want, by_keys), 1, max_splits));
+int decode_attention_splits(int num_rows, int num_kv_heads, int64_t max_keys, int num_sms) {
+  const int64_t blocks = std::max<int64_t>(1, int64_t(num_rows) * num_kv_heads);
+  const int64_t by_sms = std::max<int64_t>(1, num_sms / blocks);
+  const int64_t by_keys =
+      (std::max<int64_t>(max_keys, 1) + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  return static_cast<int>(std::clamp<int64_t>(std::min(by_sms, by_keys), 1, kAttentionMaxSplits));
 }
 
 void decode_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
                       const __nv_bfloat16* v_cache, const __nv_bfloat16* k_step,
                       const __nv_bfloat16* v_step, const float* sinks, const TokenKv& kv,
-                      int num_tokens, const DecodeAttentionArgs& a, float* workspace,
-                      cudaStream_t s) {
-  FLINT_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 && a.num_splits >= 1,
-              "decode_attention: {} heads, {} kv heads, {} splits", a.num_heads, a.num_kv_heads,
-              a.num_splits);
+                      int num_rows, const DecodeAttentionArgs& a, float* workspace,
+                      int32_t* counters, cudaStream_t s) {
+  FLINT_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
+                  a.num_heads / a.num_kv_heads <= kMaxGroup,
+              "decode_attention: {} heads over {} kv heads (at most {} per kv head)", a.num_heads,
+              a.num_kv_heads, kMaxGroup);
+  FLINT_CHECK(a.num_splits >= 1 && a.num_splits <= kAttentionMaxSplits,
+              "decode_attention: {} splits (1..{})", a.num_splits, kAttentionMaxSplits);
   FLINT_CHECK(!a.sliding || kv.window > 0, "decode_attention: sliding layer without a window");
-  if (num_tokens == 0) return;
-  const AttnKernelArgs k{q, k_cache, v_cache, k_step, v_step, kv, a, workspace};
-  const int G = a.num_heads / a.num_kv_heads;
-  const dim3 grid(a.num_kv_heads, a.num_splits, num_tokens);
+  FLINT_CHECK(a.num_splits == 1 || (workspace != nullptr && counters != nullptr),
+              "decode_attention: {} splits need a workspace and counters", a.num_splits);
+  if (num_rows == 0) return;
+  const AttnKernelArgs k{q,   k_cache,   v_cache,  k_step, v_step, sinks,
+                         out, workspace, counters, kv,     a};
+  const dim3 grid(a.num_kv_heads, a.num_splits, num_rows);
   switch (a.head_dim) {
     case 16:
-      launch_d<16>(k, G, grid, s);
+      launch<16>(k, grid, s);
       break;
     case 32:
-      launch_d<32>(k, G, grid, s);
+      launch<32>(k, grid, s);
       break;
     case 64:
-      launch_d<64>(k, G, grid, s);
+      launch<64>(k, grid, s);
       break;
     case 128:
-      launch_d<128>(k, G, grid, s);
+      launch<128>(k, grid, s);
       break;
     default:
       FLINT_FAIL("decode_attention: head_dim {} is not supported (16, 32, 64, 128)", a.head_dim);
   }
-  FLINT_CUDA_CHECK(cudaGetLastError());
-  merge_splits_kernel<<<dim3(num_tokens, a.num_heads), a.head_dim, 0, s>>>(
-      out, workspace, sinks, a.num_heads, a.head_dim, a.num_splits);
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 

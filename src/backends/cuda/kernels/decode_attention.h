@@ -1,46 +1,56 @@
-// Decode attention over the KV cache (paged for full layers, ring for sliding layers), split
-// across blocks along the keys (flash-decoding); the per-head sink is added when the splits merge.
-// Test: tests/kernels/decode_attention_test.cu
+// Decode attention over the KV cache (paged for full layers, ring for sliding layers) on tensor
+// cores, split across blocks along the keys (flash-decoding); the last block of a (row, kv head)
+// merges the splits and adds the per-head sink, so one launch does the whole layer.
+// Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "backends/cuda/kernels/kv_layout.h"
 
 namespace flint::cuda {
 
 struct DecodeAttentionArgs {
-  int num_heads = 0, num_kv_heads = 0,
-      head_dim = 0;  // head_dim 16, 32, 64 or 128; H / Hkv in {1,2,4,8}
+  int num_heads = 0, num_kv_heads = 0;
+  int head_dim = 0;  // 16, 32, 64 or 128; num_heads / num_kv_heads in {1, 2, 4, 8}
   float scale = 0.0f;
   bool sliding = false;  // sliding: keys max(0, p - window + 1) .. p; full: 0 .. p
-  int num_splits = 1;    // from decode_attention_splits()
+  int num_splits = 1;    // from decode_attention_splits(); 1 .. kAttentionMaxSplits
 };
 
-// Blocks the split heuristic aims for (2 per SM on an H200; 8 measured slower), and the most
-// splits it picks.
-inline constexpr int kAttentionTargetBlocks = 2 * 132;
 inline constexpr int kAttentionMaxSplits = 64;
 
-// Splits that keep the GPU busy for `num_tokens` rows of up to `max_keys` keys; at most max_splits.
-int decode_attention_splits(int num_tokens, int num_kv_heads, int64_t max_keys, int max_splits);
+// Splits for `num_rows` query rows that each see at most `max_keys` keys (pass a bucketed value:
+// the result is baked into captured graphs). One block of (row, kv head, split) per SM at most,
+// and at least 64 keys per split.
+int decode_attention_splits(int num_rows, int num_kv_heads, int64_t max_keys, int num_sms);
 
-// Workspace floats for the partial results: [num_tokens, H, num_splits, head_dim + 2]. For any
-// num_tokens, num_tokens * splits <= kAttentionTargetBlocks / num_kv_heads + num_tokens.
-inline int64_t decode_attention_workspace(int num_tokens, int num_heads, int head_dim,
-                                          int num_splits) {
-  return int64_t(num_tokens) * num_heads * num_splits * (head_dim + 2);
+// Workspace floats for the split partials, enough for any split count decode_attention_splits
+// picks: [num_rows, H, num_splits, head_dim + 2].
+inline int64_t decode_attention_workspace(int num_rows, int num_heads, int num_kv_heads,
+                                          int head_dim, int num_sms) {
+  const int64_t rows_times_splits = num_rows + num_sms / num_kv_heads + 1;
+  return rows_times_splits * num_heads * (head_dim + 2);
+}
+
+// Split-completion counters: [num_rows, num_kv_heads] int32. They must be zero before the first
+// launch; each launch leaves them zero again.
+inline int64_t decode_attention_counters(int num_rows, int num_kv_heads) {
+  return int64_t(num_rows) * num_kv_heads;
 }
 
 // out[t, h, :] = sum_j P[h, t, j] v[j] with the sink softmax of spec 2.3 step 6 over the keys of
-// row t. q: [num_tokens, H, D] f32; sinks: [H] f32 or
-// null; out: [num_tokens, H * D] f32; workspace: decode_attention_workspace() floats.
-// k_step, v_step: [num_tokens, Hkv, D] bf16, this step's rows (see TokenKv).
+// row t. q: [num_rows, H, D] f32; sinks: [H] f32 or null; out: [num_rows, H * D] f32.
+// k_step, v_step: [num_rows, Hkv, D] bf16, this step's rows (see TokenKv); keys before the
+// sequence's new tokens come from k_cache/v_cache. workspace: decode_attention_workspace()
+// floats; counters: decode_attention_counters() int32, zero.
 void decode_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
                       const __nv_bfloat16* v_cache, const __nv_bfloat16* k_step,
                       const __nv_bfloat16* v_step, const float* sinks, const TokenKv& kv,
-                      int num_tokens, const DecodeAttentionArgs& a, float* workspace,
-                      cudaStream_t s);
+                      int num_rows, const DecodeAttentionArgs& a, float* workspace,
+                      int32_t* counters, cudaStream_t s);
 
 }  // namespace flint::cuda

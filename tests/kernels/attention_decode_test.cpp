@@ -1,0 +1,260 @@
+// Decode attention and the fused q/k-norm + cache write against the CPU reference ops
+// (backends/cpu/ops/attention.cpp), at awkward context lengths, batches and split counts.
+#include <cuda_bf16.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kv_cache.h"
+#include "backends/cpu/ops/attention.h"
+#include "backends/cuda/kernels/decode_attention.h"
+#include "backends/cuda/kernels/qk_norm_rope_kv.h"
+#include "core/thread_pool.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace flint::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::random_floats;
+
+struct SeqSpec {
+  int len;      // context length after the step
+  int num_new;  // rows of this sequence in the step
+};
+
+struct AttnCase {
+  std::string name;
+  int num_heads, num_kv_heads, head_dim, window, page_size;
+  std::vector<SeqSpec> seqs;
+  int splits = 0;  // 0: decode_attention_splits() as the forward pass picks them
+};
+
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+  std::vector<__nv_bfloat16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16(x[i]);
+  return out;
+}
+
+std::vector<float> round_bf16(std::vector<float> x) {
+  for (float& v : x) v = __bfloat162float(__float2bfloat16(v));
+  return x;
+}
+
+int num_sms() {
+  int dev = 0, n = 0;
+  FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+  FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// A step over the case's sequences with pages handed out in a shuffled order and a block-table
+// stride one wider than needed; layer 0 is full attention, layer 1 sliding.
+void run_case(const AttnCase& tc) {
+  SCOPED_TRACE(tc.name);
+  const int H = tc.num_heads, Hkv = tc.num_kv_heads, D = tc.head_dim;
+  model::FlintConfig cfg;
+  cfg.num_heads = H;
+  cfg.num_kv_heads = Hkv;
+  cfg.head_dim = D;
+  cfg.sliding_window = tc.window;
+  cfg.num_hidden_layers = 2;
+  cfg.layer_types = {model::LayerType::kFullAttention, model::LayerType::kSlidingAttention};
+  cfg.attention_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int S = static_cast<int>(tc.seqs.size());
+
+  model::StepInput st;
+  int max_blocks = 1, total_pages = 3;
+  for (const SeqSpec& q : tc.seqs) {
+    max_blocks = std::max(max_blocks, (q.len + tc.page_size - 1) / tc.page_size + 1);
+    total_pages += (q.len + tc.page_size - 1) / tc.page_size;
+  }
+  std::vector<int32_t> pages(total_pages);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+  st.max_blocks_per_seq = max_blocks;
+  st.query_start_loc.push_back(0);
+  int next_page = 0;
+  for (int i = 0; i < S; ++i) {
+    const SeqSpec& q = tc.seqs[i];
+    const int blocks = (q.len + tc.page_size - 1) / tc.page_size;
+    for (int b = 0; b < max_blocks; ++b)
+      st.block_table.push_back(b < blocks ? pages[next_page++] : 0);
+    for (int p = q.len - q.num_new; p < q.len; ++p) {
+      st.token_ids.push_back(0);
+      st.positions.push_back(p);
+      const int32_t page = st.block_table[int64_t(i) * max_blocks + p / tc.page_size];
+      st.slot_mapping.push_back(page * tc.page_size + p % tc.page_size);
+    }
+    st.query_start_loc.push_back(st.num_tokens());
+    st.seq_lens.push_back(q.len);
+    st.ring_ids.push_back(S - i);  // ring 0 stays unused
+  }
+  const int T = st.num_tokens();
+
+  model::KvCacheSpec spec;
+  spec.num_pages = total_pages;
+  spec.page_size = tc.page_size;
+  spec.num_rings = S + 1;
+  spec.dtype = DType::kBF16;
+  cpu::KvCache cache;
+  ASSERT_TRUE(cache.init(cfg, spec));
+  const int64_t row = int64_t(Hkv) * D;
+  std::vector<float> buf(row);
+  uint64_t seed = 100;
+  for (int l = 0; l < 2; ++l) {
+    for (int kvsel = 0; kvsel < 2; ++kvsel) {
+      for (int64_t r = 0; r < cache.num_rows(l); ++r) {
+        buf = random_floats(row, seed++, -2.0f, 2.0f);
+        cache.write(l, kvsel, r, buf.data());
+      }
+    }
+  }
+  const auto q = random_floats(int64_t(T) * H * D, 1, -2.0f, 2.0f);
+  const auto k = round_bf16(random_floats(int64_t(T) * row, 2, -2.0f, 2.0f));
+  const auto v = round_bf16(random_floats(int64_t(T) * row, 3, -2.0f, 2.0f));
+  const auto sinks = random_floats(H, 4, -1.0f, 3.0f);
+
+  DeviceArray<int32_t> d_pos(st.positions), d_slots(st.slot_mapping), d_rings(st.ring_ids),
+      d_qsl(st.query_start_loc), d_lens(st.seq_lens), d_table(st.block_table);
+  std::vector<int32_t> seq_idx;
+  for (int i = 0; i < S; ++i) seq_idx.insert(seq_idx.end(), tc.seqs[i].num_new, i);
+  DeviceArray<int32_t> d_seq(seq_idx);
+  const TokenKv kv{d_pos.get(),  d_seq.get(),   d_slots.get(), d_rings.get(), d_qsl.get(),
+                   d_lens.get(), d_table.get(), max_blocks,    tc.page_size,  tc.window};
+  DeviceArray<float> d_q(q), d_sinks(sinks), d_out(int64_t(T) * H * D);
+  DeviceArray<__nv_bfloat16> d_k(to_bf16(k)), d_v(to_bf16(v));
+  ThreadPool pool(2);
+
+  for (int l = 0; l < 2; ++l) {
+    const bool sliding = l == 1;
+    SCOPED_TRACE(sliding ? "sliding" : "full");
+    std::vector<float> kc(cache.num_rows(l) * row), vc(kc.size());
+    for (int64_t r = 0; r < cache.num_rows(l); ++r) {
+      cache.read(l, 0, r, kc.data() + r * row);
+      cache.read(l, 1, r, vc.data() + r * row);
+    }
+    DeviceArray<__nv_bfloat16> d_kc(to_bf16(kc)), d_vc(to_bf16(vc));
+    std::vector<float> want(int64_t(T) * H * D);
+    cpu::attention(want.data(), q.data(), k.data(), v.data(), st, l, cfg, sinks.data(), cache,
+                   pool);
+
+    int64_t max_keys = 0;
+    for (int p : st.positions) {
+      max_keys = std::max<int64_t>(max_keys, sliding ? std::min(p + 1, tc.window) : p + 1);
+    }
+    DecodeAttentionArgs a{H, Hkv, D, cfg.attention_scale, sliding, tc.splits};
+    if (a.num_splits == 0) a.num_splits = decode_attention_splits(T, Hkv, max_keys, num_sms());
+    SCOPED_TRACE(fmt::format("splits={}", a.num_splits));
+    DeviceArray<float> ws(int64_t(T) * H * a.num_splits * (D + 2));
+    DeviceArray<int32_t> counters(std::vector<int32_t>(T * Hkv, 0));
+    for (int rep = 0; rep < 2; ++rep) {  // the second launch relies on the counters' reset
+      FLINT_CUDA_CHECK(cudaMemset(d_out.get(), 0, sizeof(float) * T * H * D));
+      decode_attention(d_out.get(), d_q.get(), d_kc.get(), d_vc.get(), d_k.get(), d_v.get(),
+                       d_sinks.get(), kv, T, a, ws.get(), counters.get(), nullptr);
+      const auto got = d_out.to_host();
+      EXPECT_LE(testing::worst_ratio(got, want, 1e-4, 1e-3), 1.0) << "launch " << rep;
+      const auto c = counters.to_host();
+      EXPECT_TRUE(std::all_of(c.begin(), c.end(), [](int32_t x) { return x == 0; }));
+    }
+  }
+}
+
+TEST(DecodeAttention, FlintShapeBatch1AtAwkwardLengths) {
+  FLINT_REQUIRE_GPU();
+  for (int len : {1, 2, 15, 16, 17, 512, 513, 514, 1000, 5003}) {
+    run_case({fmt::format("len={}", len), 32, 4, 128, 513, 16, {{len, 1}}});
+  }
+}
+
+TEST(DecodeAttention, FlintShapeLongContextManySplits) {
+  FLINT_REQUIRE_GPU();
+  run_case({"len=70001", 32, 4, 128, 513, 16, {{70001, 1}}});
+  run_case({"len=70001 splits=64", 32, 4, 128, 513, 16, {{70001, 1}}, 64});
+}
+
+TEST(DecodeAttention, BatchOfDifferentLengths) {
+  FLINT_REQUIRE_GPU();
+  const std::vector<SeqSpec> seqs = {{1, 1},    {513, 1}, {2, 1},  {514, 1},
+                                     {1000, 1}, {16, 1},  {17, 1}, {4099, 1}};
+  for (int b = 1; b <= 8; b += 3) {
+    run_case({fmt::format("batch={}", b), 32, 4, 128, 513, 16,
+              std::vector<SeqSpec>(seqs.begin(), seqs.begin() + b)});
+  }
+  run_case({"batch=8", 32, 4, 128, 513, 16, seqs});
+  run_case({"batch=8 splits=3", 32, 4, 128, 513, 16, seqs, 3});
+}
+
+TEST(DecodeAttention, EmptySplitsContributeNothing) {
+  FLINT_REQUIRE_GPU();
+  run_case({"len=100 splits=64", 32, 4, 128, 513, 16, {{100, 1}}, 64});
+  run_case({"len=1 splits=5", 32, 4, 128, 513, 16, {{1, 1}, {3, 1}}, 5});
+}
+
+TEST(DecodeAttention, ChunksReadTheirOwnKeysFromTheStep) {
+  FLINT_REQUIRE_GPU();
+  run_case({"flint chunks", 32, 4, 128, 513, 16, {{40, 11}, {600, 1}, {9, 9}, {1100, 600}}});
+  run_case({"flint chunks splits=4", 32, 4, 128, 513, 16, {{40, 11}, {600, 1}, {9, 9}}, 4});
+}
+
+TEST(DecodeAttention, SmallHeadsAndWrappedRings) {
+  FLINT_REQUIRE_GPU();
+  run_case({"gqa2 hd16 w5 p4", 4, 2, 16, 5, 4, {{7, 3}, {1, 1}, {12, 1}, {30, 9}}});
+  run_case({"gqa2 hd16 w5 p4 splits=3", 4, 2, 16, 5, 4, {{7, 3}, {1, 1}, {12, 1}, {30, 9}}, 3});
+  run_case({"gqa4 hd32 w3 p4", 4, 1, 32, 3, 4, {{13, 1}, {2, 2}, {40, 5}}});
+  run_case({"gqa2 hd64 w513 p16", 2, 1, 64, 513, 16, {{1500, 1}, {700, 30}, {514, 1}}});
+  run_case({"mha hd64 w1 p16", 8, 8, 64, 1, 16, {{33, 1}, {5, 2}}});
+  run_case({"gqa8 hd128 w513 p7", 32, 4, 128, 513, 7, {{1029, 1}, {3001, 1}}});
+}
+
+// The decode path stores K/V in the q/k-norm kernel; it must place them where kv_cache_write
+// does, in full and sliding layers.
+TEST(QkNormRopeKv, DecodeCacheWriteMatchesKvCacheWrite) {
+  FLINT_REQUIRE_GPU();
+  const int H = 32, Hkv = 4, D = 128, window = 513, page = 16, T = 3;
+  const std::vector<int32_t> positions = {0, 700, 513};
+  const std::vector<int32_t> seq_idx = {0, 1, 2}, qsl = {0, 1, 2, 3}, rings = {2, 0, 1};
+  std::vector<int32_t> lens, slots;
+  for (int32_t p : positions) {
+    lens.push_back(p + 1);
+    slots.push_back((p / page + 5) * page + p % page);
+  }
+  DeviceArray<int32_t> d_pos(positions), d_seq(seq_idx), d_qsl(qsl), d_rings(rings), d_lens(lens),
+      d_slots(slots);
+  const TokenKv kv{d_pos.get(), d_seq.get(),  d_slots.get(), d_rings.get(),
+                   d_qsl.get(), d_lens.get(), nullptr,       0,
+                   page,        window};
+  const auto qkv = random_floats(int64_t(T) * (H + 2 * Hkv) * D, 9, -2.0f, 2.0f);
+  const auto norm = random_floats(D, 10, 0.5f, 1.5f);
+  DeviceArray<float> d_qkv(qkv), d_norm(norm), d_q(int64_t(T) * H * D);
+  DeviceArray<__nv_bfloat16> ks(int64_t(T) * Hkv * D), vs(int64_t(T) * Hkv * D);
+  for (bool sliding : {false, true}) {
+    SCOPED_TRACE(sliding ? "sliding" : "full");
+    const int64_t rows = sliding ? 3 * window : 64 * page;
+    const std::vector<__nv_bfloat16> zeros(rows * Hkv * D, __float2bfloat16(0.0f));
+    DeviceArray<__nv_bfloat16> k1(zeros), v1(zeros), k2(zeros), v2(zeros);
+    const QkNormRopeArgs a{H, Hkv, D, 1e-6f, sliding, 10000.0};
+    qk_norm_rope_kv(d_q.get(), d_qkv.get(), d_norm.get(), d_norm.get(), ks.get(), vs.get(),
+                    d_pos.get(), T, a, nullptr);
+    kv_cache_write(k1.get(), v1.get(), ks.get(), vs.get(), kv, T, Hkv, D, sliding, nullptr);
+    const KvCacheTarget target{k2.get(), v2.get(), kv, sliding};
+    qk_norm_rope_kv(d_q.get(), d_qkv.get(), d_norm.get(), d_norm.get(), ks.get(), vs.get(),
+                    d_pos.get(), T, a, nullptr, &target);
+    for (auto [want, got] : {std::pair{&k1, &k2}, {&v1, &v2}}) {
+      const auto w = want->to_host(), g = got->to_host();
+      int64_t diff = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        diff += __bfloat16_as_ushort(w[i]) != __bfloat16_as_ushort(g[i]);
+      }
+      EXPECT_EQ(diff, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flint::cuda
