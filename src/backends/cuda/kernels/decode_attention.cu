@@ -1,4 +1,4 @@
-// Split-KV decode attention on tensor cores. Block = (kv head, split, row), 4 warps; each warp
+// Split-KV decode attention on tensor cores. Block = (kv head, split, row), 8 warps; each warp
 // streams its own 16-key tiles of K and V into shared memory with cp.async (kStages deep) and runs
 // S = Q K^T and O += P V as mma.m16n8k16 with the G <= 8 query heads of the kv head as rows 0..7
 // and their bf16 low parts as rows 8..15, so q and p keep ~16 mantissa bits (fp32-like results)
@@ -13,11 +13,14 @@
 namespace flint::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+// 8 warps with 3 stages: one block per SM (192 KB of tiles at head_dim 128), two warps per
+// scheduler so one's mma/softmax chain hides behind the other's.
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
 constexpr int kTileKeys = 16;  // keys per warp tile: the K dimension of one P.V mma
-constexpr int kStages = 4;     // tiles per warp in flight (3 loading while one computes)
+constexpr int kStages = 3;     // tiles per warp in flight (2 loading while one computes)
 constexpr int kMaxGroup = 8;   // query heads per kv head: the mma's 8 "high" rows
-constexpr int kMinKeysPerSplit = 64;
+constexpr int kMinKeysPerSplit = kWarps * kTileKeys;
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct AttnKernelArgs {
@@ -28,7 +31,7 @@ struct AttnKernelArgs {
   const __nv_bfloat16* v_step;
   const float* sinks;
   float* out;
-  float* part;        // [num_rows, H, S, D + 2]: D accumulators, then m (log2 units), l
+  float* part;  // [num_rows, H, S, D] accumulators, then [num_rows, H, S, 2] m (log2 units), l
   int32_t* counters;  // [num_rows, Hkv]
   TokenKv kv;
   DecodeAttentionArgs a;
@@ -106,7 +109,7 @@ __device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int 
 }
 
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKernelArgs args) {
+__global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKernelArgs args) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per key row
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float sm_w[kMaxGroup][kAttentionMaxSplits];
@@ -157,28 +160,28 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKe
                        uint32_t(warp * kStages * stage_bytes<D>());
 
   // Tile j of this warp: keys begin + (warp + j * kWarps) * 16 ...; missing keys are zero-filled.
+  // Lane l loads key l % 16 (one cache-row lookup per tile), chunks l / 16, l / 16 + 2, ...
   auto issue = [&](int j) {
     if (j < my_tiles) {
       const uint32_t st = wsm + uint32_t((j % kStages) * stage_bytes<D>());
-      const int64_t key0 = begin + int64_t(warp + j * kWarps) * kTileKeys;
+      const int r = lane & (kTileKeys - 1);
+      const int64_t p = begin + int64_t(warp + j * kWarps) * kTileKeys + r;
+      const bool valid = p < end;
+      const __nv_bfloat16* ksrc = args.k_cache;
+      const __nv_bfloat16* vsrc = args.v_cache;
+      if (valid) {
+        const bool in_step = p >= first_new;
+        const int64_t kr =
+            in_step ? q_start + (p - first_new) : key_row(kv, sliding, seq, static_cast<int>(p));
+        const int64_t off = (kr * Hkv + kvh) * D;
+        ksrc = (in_step ? args.k_step : args.k_cache) + off;
+        vsrc = (in_step ? args.v_step : args.v_cache) + off;
+      }
 #pragma unroll
       for (int i = 0; i < kChunks / 2; ++i) {
-        const int c = lane + 32 * i;
-        const int r = c / kChunks, ch = c % kChunks;
-        const int64_t p = key0 + r;
-        const bool valid = p < end;
-        const __nv_bfloat16* ksrc = args.k_cache;
-        const __nv_bfloat16* vsrc = args.v_cache;
-        if (valid) {
-          const bool in_step = p >= first_new;
-          const int64_t kr =
-              in_step ? q_start + (p - first_new) : key_row(kv, sliding, seq, static_cast<int>(p));
-          const int64_t off = (kr * Hkv + kvh) * D + ch * 8;
-          ksrc = (in_step ? args.k_step : args.k_cache) + off;
-          vsrc = (in_step ? args.v_step : args.v_cache) + off;
-        }
-        cp_async16(st + swz<D>(r, ch), ksrc, valid);
-        cp_async16(st + uint32_t(kTileKeys * D * 2) + swz<D>(r, ch), vsrc, valid);
+        const int ch = (lane >> 4) + 2 * i;
+        cp_async16(st + swz<D>(r, ch), ksrc + ch * 8, valid);
+        cp_async16(st + uint32_t(kTileKeys * D * 2) + swz<D>(r, ch), vsrc + ch * 8, valid);
       }
     }
     cp_async_commit();  // empty groups keep the wait count uniform
@@ -199,14 +202,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKe
     const uint32_t vt = kt + uint32_t(kTileKeys * D * 2);
     const int64_t key0 = begin + int64_t(warp + j * kWarps) * kTileKeys;
 
-    // S = Q K^T: columns are the tile's keys, 8 per mma (key blocks 0 and 1).
+    // S = Q K^T: columns are the tile's keys, 8 per mma (key blocks 0 and 1); even and odd
+    // k-steps accumulate apart to halve the dependent mma chain.
     float sacc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float sodd[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       uint32_t b[4];
       ldmatrix_x4(b, kt + swz<D>((lane >> 4) * 8 + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
-      mma_bf16(sacc[0], qa[ks], b[0], b[1]);
-      mma_bf16(sacc[1], qa[ks], b[2], b[3]);
+      float(&acc)[2][4] = ks % 2 == 0 ? sacc : sodd;
+      mma_bf16(acc[0], qa[ks], b[0], b[1]);
+      mma_bf16(acc[1], qa[ks], b[2], b[3]);
+    }
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sacc[kb][i] += sodd[kb][i];
     }
     float sc[2][2];
     float mx = -INFINITY;
@@ -274,7 +285,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKe
   }
   __syncthreads();
   const int64_t head0 = int64_t(row) * H + kvh * G;
-  for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
+  float* part_ml = args.part + int64_t(gridDim.z) * H * S * D;
+  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
     const int g = idx / D, d = idx % D;
     float M = -INFINITY;
 #pragma unroll
@@ -293,11 +305,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKe
       const float z = L * rescale(M, Mf) + rescale(sink, Mf);
       args.out[(head0 + g) * D + d] = z > 0.0f ? A * rescale(M, Mf) / z : 0.0f;
     } else {
-      float* pp = args.part + ((head0 + g) * S + split) * (D + 2);
-      pp[d] = A;
+      args.part[((head0 + g) * S + split) * D + d] = A;
       if (d == 0) {
-        pp[D] = M;
-        pp[D + 1] = L;
+        part_ml[((head0 + g) * S + split) * 2] = M;
+        part_ml[((head0 + g) * S + split) * 2 + 1] = L;
       }
     }
   }
@@ -311,30 +322,41 @@ __global__ void __launch_bounds__(kWarps * 32, 1) decode_attention_kernel(AttnKe
   __syncthreads();
   if (!sm_last) return;
   __threadfence();
-  for (int g = warp; g < G; g += kWarps) {
-    const float* pp = args.part + (head0 + g) * S * (D + 2);
+  if (warp < G) {  // one warp per query head: the split weights and 1 / Z
+    const int g = warp;
+    const float* ml = part_ml + (head0 + g) * S * 2;
     const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
     float M = sink;
-    for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(pp + s * (D + 2) + D));
+    for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     float z = lane == 0 ? rescale(sink, M) : 0.0f;
     for (int s = lane; s < S; s += 32) {
-      const float wt = rescale(__ldcg(pp + s * (D + 2) + D), M);
+      const float wt = rescale(__ldcg(ml + 2 * s), M);
       sm_w[g][s] = wt;
-      z += __ldcg(pp + s * (D + 2) + D + 1) * wt;
+      z += __ldcg(ml + 2 * s + 1) * wt;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
     if (lane == 0) sm_inv_z[g] = z > 0.0f ? 1.0f / z : 0.0f;
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += kWarps * 32) {
-    const int g = idx / D, d = idx % D;
-    const float* pp = args.part + (head0 + g) * S * (D + 2) + d;
-    float o = 0.0f;
-    for (int s = 0; s < S; ++s) o += __ldcg(pp + s * (D + 2)) * sm_w[g][s];
-    args.out[(head0 + g) * D + d] = o * sm_inv_z[g];
+  for (int idx = threadIdx.x; idx < G * (D / 4); idx += kThreads) {
+    const int g = idx / (D / 4), d4 = idx % (D / 4);
+    const float4* pp = reinterpret_cast<const float4*>(args.part + (head0 + g) * S * D) + d4;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float4 x = __ldcg(pp + s * (D / 4));
+      const float wt = sm_w[g][s];
+      o.x += x.x * wt;
+      o.y += x.y * wt;
+      o.z += x.z * wt;
+      o.w += x.w * wt;
+    }
+    const float iz = sm_inv_z[g];
+    reinterpret_cast<float4*>(args.out + (head0 + g) * D)[d4] =
+        make_float4(o.x * iz, o.y * iz, o.z * iz, o.w * iz);
   }
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (graph replays included)
 }
@@ -346,7 +368,7 @@ void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
   static const cudaError_t configured = cudaFuncSetAttribute(
       decode_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FLINT_CUDA_CHECK(configured);
-  decode_attention_kernel<D><<<grid, kWarps * 32, kSmem, s>>>(k);
+  decode_attention_kernel<D><<<grid, kThreads, kSmem, s>>>(k);
 }
 
 }  // namespace

@@ -25,11 +25,11 @@ inline constexpr int kAttentionMaxSplits = 64;
 
 // Splits for `num_rows` query rows that each see at most `max_keys` keys (pass a bucketed value:
 // the result is baked into captured graphs). One block of (row, kv head, split) per SM at most,
-// and at least 64 keys per split.
+// and at least 128 keys (one 16-key tile per warp) per split.
 int decode_attention_splits(int num_rows, int num_kv_heads, int64_t max_keys, int num_sms);
 
 // Workspace floats for the split partials, enough for any split count decode_attention_splits
-// picks: [num_rows, H, num_splits, head_dim + 2].
+// picks: [num_rows, H, num_splits, head_dim] accumulators, then [num_rows, H, num_splits, 2].
 inline int64_t decode_attention_workspace(int num_rows, int num_heads, int num_kv_heads,
                                           int head_dim, int num_sms) {
   const int64_t rows_times_splits = num_rows + num_sms / num_kv_heads + 1;
