@@ -1,5 +1,6 @@
-// Decode attention and the fused q/k-norm + cache write against the CPU reference ops
-// (backends/cpu/ops/attention.cpp), at awkward context lengths, batches and split counts.
+// Decode attention against the CPU reference op (backends/cpu/ops/attention.cpp) at awkward
+// context lengths, batches and split counts, and the fused decode variant against the separate
+// kernels.
 #include <cuda_bf16.h>
 #include <fmt/format.h>
 
@@ -212,39 +213,70 @@ TEST(DecodeAttention, SmallHeadsAndWrappedRings) {
   run_case({"gqa8 hd128 w513 p7", 32, 4, 128, 513, 7, {{1029, 1}, {3001, 1}}});
 }
 
-// The decode path stores K/V in the q/k-norm kernel; it must place them where kv_cache_write
-// does, in full and sliding layers.
-TEST(QkNormRopeKv, DecodeCacheWriteMatchesKvCacheWrite) {
-  FLINT_REQUIRE_GPU();
-  const int H = 32, Hkv = 4, D = 128, window = 513, page = 16, T = 3;
-  const std::vector<int32_t> positions = {0, 700, 513};
-  const std::vector<int32_t> seq_idx = {0, 1, 2}, qsl = {0, 1, 2, 3}, rings = {2, 0, 1};
-  std::vector<int32_t> lens, slots;
-  for (int32_t p : positions) {
-    lens.push_back(p + 1);
-    slots.push_back((p / page + 5) * page + p % page);
+// decode_attention_fused must equal qk_norm_rope_kv + decode_attention + kv_cache_write: the same
+// outputs and the same cache afterwards, in full (NoPE) and sliding (RoPE) layers.
+struct FusedCase {
+  std::string name;
+  int num_heads, num_kv_heads, head_dim, window, page_size;
+  std::vector<int> lens;  // one decode token per sequence
+  int splits = 0;
+};
+
+void run_fused_case(const FusedCase& tc) {
+  SCOPED_TRACE(tc.name);
+  const int H = tc.num_heads, Hkv = tc.num_kv_heads, D = tc.head_dim, T = int(tc.lens.size());
+  const int ps = tc.page_size;
+  int max_blocks = 1;
+  for (int len : tc.lens) max_blocks = std::max(max_blocks, (len + ps - 1) / ps);
+  std::vector<int32_t> positions, seq_idx, qsl = {0}, rings, slots;
+  std::vector<int32_t> table(size_t(T) * max_blocks);  // a shuffled page per block
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(11));
+  for (int i = 0; i < T; ++i) {
+    const int p = tc.lens[i] - 1;
+    positions.push_back(p);
+    seq_idx.push_back(i);
+    qsl.push_back(i + 1);
+    rings.push_back(T - 1 - i);
+    slots.push_back(table[i * max_blocks + p / ps] * ps + p % ps);
   }
-  DeviceArray<int32_t> d_pos(positions), d_seq(seq_idx), d_qsl(qsl), d_rings(rings), d_lens(lens),
-      d_slots(slots);
+  DeviceArray<int32_t> d_pos(positions), d_seq(seq_idx), d_qsl(qsl), d_rings(rings),
+      d_lens(tc.lens), d_table(table), d_slots(slots);
   const TokenKv kv{d_pos.get(), d_seq.get(),  d_slots.get(), d_rings.get(),
-                   d_qsl.get(), d_lens.get(), nullptr,       0,
-                   page,        window};
-  const auto qkv = random_floats(int64_t(T) * (H + 2 * Hkv) * D, 9, -2.0f, 2.0f);
-  const auto norm = random_floats(D, 10, 0.5f, 1.5f);
-  DeviceArray<float> d_qkv(qkv), d_norm(norm), d_q(int64_t(T) * H * D);
+                   d_qsl.get(), d_lens.get(), d_table.get(), max_blocks,
+                   ps,          tc.window};
+  const int cols = (H + 2 * Hkv) * D;
+  DeviceArray<float> d_qkv(random_floats(int64_t(T) * cols, 21, -2.0f, 2.0f));
+  DeviceArray<float> d_qn(random_floats(D, 22, 0.5f, 1.5f)), d_kn(random_floats(D, 23, 0.5f, 1.5f));
+  DeviceArray<float> d_sinks(random_floats(H, 24, -1.0f, 3.0f));
+  DeviceArray<float> d_q(int64_t(T) * H * D), out1(int64_t(T) * H * D), out2(int64_t(T) * H * D);
   DeviceArray<__nv_bfloat16> ks(int64_t(T) * Hkv * D), vs(int64_t(T) * Hkv * D);
   for (bool sliding : {false, true}) {
     SCOPED_TRACE(sliding ? "sliding" : "full");
-    const int64_t rows = sliding ? 3 * window : 64 * page;
-    const std::vector<__nv_bfloat16> zeros(rows * Hkv * D, __float2bfloat16(0.0f));
-    DeviceArray<__nv_bfloat16> k1(zeros), v1(zeros), k2(zeros), v2(zeros);
-    const QkNormRopeArgs a{H, Hkv, D, 1e-6f, sliding, 10000.0};
-    qk_norm_rope_kv(d_q.get(), d_qkv.get(), d_norm.get(), d_norm.get(), ks.get(), vs.get(),
-                    d_pos.get(), T, a, nullptr);
+    const int64_t rows = sliding ? int64_t(T) * tc.window : int64_t(T) * max_blocks * ps;
+    const auto cache = to_bf16(random_floats(rows * Hkv * D, sliding ? 25 : 26, -2.0f, 2.0f));
+    DeviceArray<__nv_bfloat16> k1(cache), v1(cache), k2(cache), v2(cache);
+    DecodeAttentionArgs a{H, Hkv, D, 1.0f / std::sqrt(float(D)), sliding, tc.splits};
+    if (a.num_splits == 0) {
+      const int keys = *std::max_element(tc.lens.begin(), tc.lens.end());
+      a.num_splits =
+          decode_attention_splits(T, Hkv, sliding ? std::min(keys, tc.window) : keys, num_sms());
+    }
+    SCOPED_TRACE(fmt::format("splits={}", a.num_splits));
+    DeviceArray<float> ws(int64_t(T) * H * a.num_splits * (D + 2));
+    DeviceArray<int32_t> counters(std::vector<int32_t>(T * Hkv, 0));
+    const QkNormRopeArgs qa{H, Hkv, D, 1e-6f, sliding, 10000.0};
+    qk_norm_rope_kv(d_q.get(), d_qkv.get(), d_qn.get(), d_kn.get(), ks.get(), vs.get(), d_pos.get(),
+                    T, qa, nullptr);
+    decode_attention(out1.get(), d_q.get(), k1.get(), v1.get(), ks.get(), vs.get(), d_sinks.get(),
+                     kv, T, a, ws.get(), counters.get(), nullptr);
     kv_cache_write(k1.get(), v1.get(), ks.get(), vs.get(), kv, T, Hkv, D, sliding, nullptr);
-    const KvCacheTarget target{k2.get(), v2.get(), kv, sliding};
-    qk_norm_rope_kv(d_q.get(), d_qkv.get(), d_norm.get(), d_norm.get(), ks.get(), vs.get(),
-                    d_pos.get(), T, a, nullptr, &target);
+    const DecodeQkv dq{d_qkv.get(), d_qn.get(), d_kn.get(), 1e-6f, sliding, 10000.0};
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the counters must be reset by the first launch
+      decode_attention_fused(out2.get(), dq, k2.get(), v2.get(), d_sinks.get(), kv, T, a, ws.get(),
+                             counters.get(), nullptr);
+      EXPECT_LE(testing::worst_ratio(out2.to_host(), out1.to_host(), 1e-5, 1e-4), 1.0);
+    }
     for (auto [want, got] : {std::pair{&k1, &k2}, {&v1, &v2}}) {
       const auto w = want->to_host(), g = got->to_host();
       int64_t diff = 0;
@@ -253,7 +285,19 @@ TEST(QkNormRopeKv, DecodeCacheWriteMatchesKvCacheWrite) {
       }
       EXPECT_EQ(diff, 0);
     }
+    const auto c = counters.to_host();
+    EXPECT_TRUE(std::all_of(c.begin(), c.end(), [](int32_t x) { return x == 0; }));
   }
+}
+
+TEST(DecodeAttention, FusedMatchesSeparateKernels) {
+  FLINT_REQUIRE_GPU();
+  run_fused_case({"flint", 32, 4, 128, 513, 16, {1, 514, 5000, 70, 513, 2}});
+  run_fused_case({"flint splits=7", 32, 4, 128, 513, 16, {1, 514, 5000, 70}, 7});
+  run_fused_case({"flint b1 long", 32, 4, 128, 513, 16, {40001}});
+  run_fused_case({"gqa2 hd16 w5 p4", 4, 2, 16, 5, 4, {7, 1, 12, 30}});
+  run_fused_case({"gqa4 hd32 w3 p4 splits=3", 4, 1, 32, 3, 4, {13, 2, 40}, 3});
+  run_fused_case({"mha hd64 w1", 8, 8, 64, 1, 16, {33, 5}});
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The CUDA forward pass: spec section 2 as a sequence of launches over all rows of a step.
 // Attention reads this step's own K/V from step rows and, for chunks, the cache is written after
 // it, so a prefill chunk longer than the sliding window never reads a ring slot it already
-// overwrote. Decode steps (one new token per sequence) write the cache first, in the q/k-norm
-// kernel, which leaves two launches per layer for attention.
+// overwrote. Decode steps (one new token per sequence) run q/k norm, RoPE, the cache write and
+// attention as one launch per layer (decode_attention_fused).
 #include "backends/cuda/forward.h"
 
 #include <algorithm>
@@ -307,28 +307,28 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
                static_cast<int>(c.sliding_window)};
     auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
     auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);
-    QkNormRopeArgs qa{static_cast<int>(H),
-                      static_cast<int>(Hkv),
-                      static_cast<int>(D),
-                      eps,
-                      static_cast<bool>(c.layer_uses_rope[l]),
-                      c.rope_theta};
-    // Decode steps store K/V in the cache here; chunks after attention (docs/ARCHITECTURE.md:
-    // a chunk longer than the window would overwrite ring slots its own rows still read).
-    const KvCacheTarget cache{k_cache(l), v_cache(l), kv, sliding};
-    qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s,
-                    plan.decode ? &cache : nullptr);
-    mark("qk_norm_rope");
+    const bool rope = c.layer_uses_rope[l];
     DecodeAttentionArgs aa{static_cast<int>(H),
                            static_cast<int>(Hkv),
                            static_cast<int>(D),
                            attn_scale,
                            sliding,
                            sliding ? plan.sliding_splits : plan.full_splits};
-    decode_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T, aa,
-                     ws_attn_part_, attn_counters_.as<int32_t>(), s);
-    mark(sliding ? "attention_sliding" : "attention_full");
-    if (!plan.decode) {
+    if (plan.decode) {
+      // One launch: q/k norm, RoPE, the cache write of the new K/V and attention.
+      const DecodeQkv dq{ws_qkv_, L.q_norm, L.k_norm, eps, rope, c.rope_theta};
+      decode_attention_fused(ws_attn_, dq, k_cache(l), v_cache(l), L.sinks, kv, T, aa,
+                             ws_attn_part_, attn_counters_.as<int32_t>(), s);
+      mark(sliding ? "attention_sliding" : "attention_full");
+    } else {
+      // Chunks: the cache is written after attention (see the top of this file).
+      QkNormRopeArgs qa{static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), eps, rope,
+                        c.rope_theta};
+      qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s);
+      mark("qk_norm_rope");
+      decode_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T, aa,
+                       ws_attn_part_, attn_counters_.as<int32_t>(), s);
+      mark(sliding ? "attention_sliding" : "attention_full");
       kv_cache_write(k_cache(l), v_cache(l), k_step, v_step, kv, T, static_cast<int>(Hkv),
                      static_cast<int>(D), sliding, s);
       mark("kv_cache_write");

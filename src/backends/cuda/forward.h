@@ -35,8 +35,8 @@ struct StepPlan {
   // of two (so neighbouring context lengths share a plan).
   int full_splits = 1;
   int sliding_splits = 1;
-  // Every sequence has exactly one new token: K/V go to the cache before attention, in the
-  // q/k-norm kernel, and attention reads only the cache and this step's rows.
+  // Every sequence has exactly one new token: q/k norm, RoPE, the K/V cache write and attention
+  // are one launch per layer (decode_attention_fused).
   bool decode = false;
 
   bool operator==(const StepPlan&) const = default;

@@ -3,11 +3,13 @@
 // S = Q K^T and O += P V as mma.m16n8k16 with the G <= 8 query heads of the kv head as rows 0..7
 // and their bf16 low parts as rows 8..15, so q and p keep ~16 mantissa bits (fp32-like results)
 // at no extra mma. The block merges its warps; with several splits the last block of a
-// (row, kv head) to finish (atomic counter) merges them and adds the sink.
+// (row, kv head) to finish (atomic counter) merges them and adds the sink. On decode steps the
+// kernel also does the q/k RMSNorm, RoPE and the cache write of the new K/V (fused variant).
 // Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/decode_attention.h"
 
 namespace flint::cuda {
@@ -35,6 +37,9 @@ struct AttnKernelArgs {
   int32_t* counters;  // [num_rows, Hkv]
   TokenKv kv;
   DecodeAttentionArgs a;
+  DecodeQkv pro;               // fused variant only
+  __nv_bfloat16* k_cache_out;  // fused variant: k_cache, written at the new position
+  __nv_bfloat16* v_cache_out;
 };
 
 template <int D>
@@ -108,13 +113,75 @@ __device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int 
   return int64_t(page) * kv.page_size + p % kv.page_size;
 }
 
+// Fused decode prologue (spec 2.3 steps 2-3): the block's G query heads into sm_q (f32), its
+// kv head's new K (normed, roped) and V into sm_kv (bf16); split 0 also stores them in the cache.
+// One warp per head, staged in sm_x so the NeoX pairs (j, j + D/2) rotate in place; angles in
+// double as in qk_norm_rope_kv.cu.
 template <int D>
+__device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bool store,
+                                float (*sm_q)[D], __nv_bfloat16 (*sm_kv)[D], float (*sm_x)[D]) {
+  const DecodeQkv& pq = args.pro;
+  const int H = args.a.num_heads, Hkv = args.a.num_kv_heads, G = H / Hkv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t pos = args.kv.positions[row];
+  for (int it = warp; it < G + 2; it += kWarps) {  // G query heads, then K, then V
+    const int head = it < G ? kvh * G + it : (it == G ? H + kvh : H + Hkv + kvh);
+    const float* src = pq.qkv + (int64_t(row) * (H + 2 * Hkv) + head) * D;
+    float* x = sm_x[warp];
+    float ss = 0.0f;
+    for (int j = lane; j < D; j += 32) {
+      x[j] = src[j];
+      ss += x[j] * x[j];
+    }
+    if (it <= G) {
+      const float inv = rsqrtf(dev::warp_sum(ss) / static_cast<float>(D) + pq.eps);
+      const float* w = it < G ? pq.q_norm : pq.k_norm;
+      for (int j = lane; j < D; j += 32) x[j] = x[j] * inv * w[j];
+      __syncwarp();
+      if (pq.rope) {
+        for (int j = lane; j < D / 2; j += 32) {
+          const double inv_freq = pow(pq.rope_theta, -2.0 * j / D);
+          double sn, cs;
+          sincos(double(pos) * inv_freq, &sn, &cs);
+          const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+          const float x0 = x[j], x1 = x[j + D / 2];
+          x[j] = x0 * c - x1 * s;
+          x[j + D / 2] = x1 * c + x0 * s;
+        }
+        __syncwarp();
+      }
+    }
+    if (it < G) {
+      for (int j = lane; j < D; j += 32) sm_q[it][j] = x[j];
+    } else {
+      __nv_bfloat16* kv_row = sm_kv[it - G];
+      for (int j = lane; j < D; j += 32) kv_row[j] = __float2bfloat16(x[j]);
+      if (store) {
+        const TokenKv& kv = args.kv;
+        const int seq = kv.seq_idx[row];
+        const int64_t slot = args.a.sliding
+                                 ? int64_t(kv.ring_ids[seq]) * kv.window + pos % kv.window
+                                 : int64_t(kv.slot_mapping[row]);
+        __nv_bfloat16* dst =
+            (it == G ? args.k_cache_out : args.v_cache_out) + (slot * Hkv + kvh) * D;
+        for (int j = lane; j < D; j += 32) dst[j] = kv_row[j];
+      }
+    }
+    __syncwarp();  // x is reused by this warp's next head
+  }
+}
+
+template <int D, bool kFused>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKernelArgs args) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per key row
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float sm_w[kMaxGroup][kAttentionMaxSplits];
   __shared__ float sm_inv_z[kMaxGroup];
   __shared__ int sm_last;
+  // Fused variant: the prologue's results.
+  __shared__ float sm_q[kFused ? kMaxGroup : 1][D];
+  __shared__ float sm_x[kFused ? kWarps : 1][D];
+  __shared__ __align__(16) __nv_bfloat16 sm_kv[2][D];
 
   const int kvh = blockIdx.x, split = blockIdx.y, row = blockIdx.z;
   const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
@@ -133,26 +200,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKerne
   const int32_t q_start = kv.query_start_loc[seq];
   const int64_t first_new = kv.seq_lens[seq] - (kv.query_start_loc[seq + 1] - q_start);
 
-  // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.
-  uint32_t qa[D / 16][4];
-  {
-    const float qs = args.a.scale * kLog2e;
-    const float* qp = args.q + (int64_t(row) * H + kvh * G + gr) * D + 2 * qd;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      __nv_bfloat16 hi[4], lo[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float x = gr < G ? qp[ks * 16 + (i & 1) + (i >> 1) * 8] * qs : 0.0f;
-        split_bf16(x, hi[i], lo[i]);
-      }
-      qa[ks][0] = pack_bf16(hi[0], hi[1]);
-      qa[ks][1] = pack_bf16(lo[0], lo[1]);
-      qa[ks][2] = pack_bf16(hi[2], hi[3]);
-      qa[ks][3] = pack_bf16(lo[2], lo[3]);
-    }
-  }
-
   const int64_t num_keys = end > begin ? end - begin : 0;
   const int num_tiles = static_cast<int>((num_keys + kTileKeys - 1) / kTileKeys);
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
@@ -166,7 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKerne
       const uint32_t st = wsm + uint32_t((j % kStages) * stage_bytes<D>());
       const int r = lane & (kTileKeys - 1);
       const int64_t p = begin + int64_t(warp + j * kWarps) * kTileKeys + r;
-      const bool valid = p < end;
+      // Fused: the new key is not in the cache for every block yet; it is patched in from sm_kv.
+      const bool valid = p < end && !(kFused && p == pos);
       const __nv_bfloat16* ksrc = args.k_cache;
       const __nv_bfloat16* vsrc = args.v_cache;
       if (valid) {
@@ -194,6 +242,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKerne
 
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) issue(j);
+  if constexpr (kFused) {
+    decode_prologue<D>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
+    __syncthreads();
+  }
+  // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.
+  uint32_t qa[D / 16][4];
+  {
+    const float qs = args.a.scale * kLog2e;
+    const float* qp = kFused ? &sm_q[gr < G ? gr : 0][2 * qd]
+                             : args.q + (int64_t(row) * H + kvh * G + gr) * D + 2 * qd;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      __nv_bfloat16 hi[4], lo[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float x = gr < G ? qp[ks * 16 + (i & 1) + (i >> 1) * 8] * qs : 0.0f;
+        split_bf16(x, hi[i], lo[i]);
+      }
+      qa[ks][0] = pack_bf16(hi[0], hi[1]);
+      qa[ks][1] = pack_bf16(lo[0], lo[1]);
+      qa[ks][2] = pack_bf16(hi[2], hi[3]);
+      qa[ks][3] = pack_bf16(lo[2], lo[3]);
+    }
+  }
+
   for (int j = 0; j < my_tiles; ++j) {
     issue(j + kStages - 1);
     cp_async_wait<kStages - 1>();
@@ -201,6 +274,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKerne
     const uint32_t kt = wsm + uint32_t((j % kStages) * stage_bytes<D>());
     const uint32_t vt = kt + uint32_t(kTileKeys * D * 2);
     const int64_t key0 = begin + int64_t(warp + j * kWarps) * kTileKeys;
+    if constexpr (kFused) {
+      if (pos - key0 == (lane & (kTileKeys - 1))) {  // this lane's key is the new one
+        const int r = lane & (kTileKeys - 1);
+        unsigned char* tile = smem + (kt - static_cast<uint32_t>(__cvta_generic_to_shared(smem)));
+#pragma unroll
+        for (int i = 0; i < kChunks / 2; ++i) {
+          const int ch = (lane >> 4) + 2 * i;
+          *reinterpret_cast<uint4*>(tile + swz<D>(r, ch)) =
+              reinterpret_cast<const uint4*>(sm_kv[0])[ch];
+          *reinterpret_cast<uint4*>(tile + kTileKeys * D * 2 + swz<D>(r, ch)) =
+              reinterpret_cast<const uint4*>(sm_kv[1])[ch];
+        }
+      }
+      __syncwarp();
+    }
 
     // S = Q K^T: columns are the tile's keys, 8 per mma (key blocks 0 and 1); even and odd
     // k-steps accumulate apart to halve the dependent mma chain.
@@ -361,14 +449,47 @@ __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKerne
   if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (graph replays included)
 }
 
-template <int D>
+template <int D, bool kFused>
 void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
   constexpr int kSmem = smem_bytes<D>();
   // Once per process and instantiation; not a stream operation, so graph capture is unaffected.
   static const cudaError_t configured = cudaFuncSetAttribute(
-      decode_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      decode_attention_kernel<D, kFused>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FLINT_CUDA_CHECK(configured);
-  decode_attention_kernel<D><<<grid, kThreads, kSmem, s>>>(k);
+  decode_attention_kernel<D, kFused><<<grid, kThreads, kSmem, s>>>(k);
+}
+
+template <bool kFused>
+void launch_any(const AttnKernelArgs& k, int num_rows, cudaStream_t s) {
+  const DecodeAttentionArgs& a = k.a;
+  FLINT_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
+                  a.num_heads / a.num_kv_heads <= kMaxGroup,
+              "decode_attention: {} heads over {} kv heads (at most {} per kv head)", a.num_heads,
+              a.num_kv_heads, kMaxGroup);
+  FLINT_CHECK(a.num_splits >= 1 && a.num_splits <= kAttentionMaxSplits,
+              "decode_attention: {} splits (1..{})", a.num_splits, kAttentionMaxSplits);
+  FLINT_CHECK(!a.sliding || k.kv.window > 0, "decode_attention: sliding layer without a window");
+  FLINT_CHECK(a.num_splits == 1 || (k.part != nullptr && k.counters != nullptr),
+              "decode_attention: {} splits need a workspace and counters", a.num_splits);
+  if (num_rows == 0) return;
+  const dim3 grid(a.num_kv_heads, a.num_splits, num_rows);
+  switch (a.head_dim) {
+    case 16:
+      launch<16, kFused>(k, grid, s);
+      break;
+    case 32:
+      launch<32, kFused>(k, grid, s);
+      break;
+    case 64:
+      launch<64, kFused>(k, grid, s);
+      break;
+    case 128:
+      launch<128, kFused>(k, grid, s);
+      break;
+    default:
+      FLINT_FAIL("decode_attention: head_dim {} is not supported (16, 32, 64, 128)", a.head_dim);
+  }
+  FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -386,36 +507,20 @@ void decode_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
                       const __nv_bfloat16* v_step, const float* sinks, const TokenKv& kv,
                       int num_rows, const DecodeAttentionArgs& a, float* workspace,
                       int32_t* counters, cudaStream_t s) {
-  FLINT_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
-                  a.num_heads / a.num_kv_heads <= kMaxGroup,
-              "decode_attention: {} heads over {} kv heads (at most {} per kv head)", a.num_heads,
-              a.num_kv_heads, kMaxGroup);
-  FLINT_CHECK(a.num_splits >= 1 && a.num_splits <= kAttentionMaxSplits,
-              "decode_attention: {} splits (1..{})", a.num_splits, kAttentionMaxSplits);
-  FLINT_CHECK(!a.sliding || kv.window > 0, "decode_attention: sliding layer without a window");
-  FLINT_CHECK(a.num_splits == 1 || (workspace != nullptr && counters != nullptr),
-              "decode_attention: {} splits need a workspace and counters", a.num_splits);
-  if (num_rows == 0) return;
-  const AttnKernelArgs k{q,   k_cache,   v_cache,  k_step, v_step, sinks,
-                         out, workspace, counters, kv,     a};
-  const dim3 grid(a.num_kv_heads, a.num_splits, num_rows);
-  switch (a.head_dim) {
-    case 16:
-      launch<16>(k, grid, s);
-      break;
-    case 32:
-      launch<32>(k, grid, s);
-      break;
-    case 64:
-      launch<64>(k, grid, s);
-      break;
-    case 128:
-      launch<128>(k, grid, s);
-      break;
-    default:
-      FLINT_FAIL("decode_attention: head_dim {} is not supported (16, 32, 64, 128)", a.head_dim);
-  }
-  FLINT_CUDA_CHECK(cudaGetLastError());
+  const AttnKernelArgs k{q,         k_cache,  v_cache, k_step, v_step,      sinks,   out,
+                         workspace, counters, kv,      a,      DecodeQkv{}, nullptr, nullptr};
+  launch_any<false>(k, num_rows, s);
+}
+
+void decode_attention_fused(float* out, const DecodeQkv& qkv, __nv_bfloat16* k_cache,
+                            __nv_bfloat16* v_cache, const float* sinks, const TokenKv& kv,
+                            int num_rows, const DecodeAttentionArgs& a, float* workspace,
+                            int32_t* counters, cudaStream_t s) {
+  FLINT_CHECK(qkv.qkv != nullptr && qkv.q_norm != nullptr && qkv.k_norm != nullptr,
+              "decode_attention_fused: missing projections or norm weights");
+  const AttnKernelArgs k{nullptr,   k_cache,  v_cache, nullptr, nullptr, sinks,   out,
+                         workspace, counters, kv,      a,       qkv,     k_cache, v_cache};
+  launch_any<true>(k, num_rows, s);
 }
 
 }  // namespace flint::cuda

@@ -53,4 +53,25 @@ void decode_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
                       int num_rows, const DecodeAttentionArgs& a, float* workspace,
                       int32_t* counters, cudaStream_t s);
 
+// The decode-step inputs of decode_attention_fused: this step's q|k|v projections and the norm
+// and RoPE parameters of spec 2.3 steps 2-3.
+struct DecodeQkv {
+  const float* qkv = nullptr;     // [num_rows, (H + 2 Hkv) * D] f32: q heads, then k, then v
+  const float* q_norm = nullptr;  // [D] f32
+  const float* k_norm = nullptr;  // [D] f32
+  float eps = 1e-6f;
+  bool rope = false;  // NeoX rotate-half on all D channels
+  double rope_theta = 10000.0;
+};
+
+// Decode steps only (every sequence has exactly one new token, at position seq_len - 1): as
+// qk_norm_rope_kv + kv_cache_write + decode_attention in one launch. The block of split 0 of each
+// (row, kv head) stores the new K/V in the cache; every block takes the new key from its own
+// prologue, so none reads the slot being written (a ring slot it overwrites holds position
+// p - window, outside the window).
+void decode_attention_fused(float* out, const DecodeQkv& qkv, __nv_bfloat16* k_cache,
+                            __nv_bfloat16* v_cache, const float* sinks, const TokenKv& kv,
+                            int num_rows, const DecodeAttentionArgs& a, float* workspace,
+                            int32_t* counters, cudaStream_t s);
+
 }  // namespace flint::cuda

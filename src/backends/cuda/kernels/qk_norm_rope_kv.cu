@@ -1,7 +1,7 @@
 // Q/K norm + RoPE + KV write: one warp per (token, head), the head staged in shared memory so the
-// NeoX pairs (j, j + D/2) can be rotated in place. Angles in double: positions reach 262K. On
-// decode steps the same warp also stores its K or V head in the cache. Reference: spec 2.3 steps
-// 2-3 (tests/kernels/reference.h). Test: tests/kernels/qk_norm_rope_kv_test.cu
+// NeoX pairs (j, j + D/2) can be rotated in place. Angles in double: positions reach 262K.
+// Reference: spec 2.3 steps 2-3 (tests/kernels/reference.h). Test:
+// tests/kernels/qk_norm_rope_kv_test.cu
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/qk_norm_rope_kv.h"
@@ -16,8 +16,7 @@ __global__ void qk_norm_rope_kv_kernel(float* __restrict__ q_out, const float* _
                                        const float* __restrict__ k_norm,
                                        __nv_bfloat16* __restrict__ k_step,
                                        __nv_bfloat16* __restrict__ v_step,
-                                       const int32_t* __restrict__ positions, QkNormRopeArgs a,
-                                       KvCacheTarget cache) {
+                                       const int32_t* __restrict__ positions, QkNormRopeArgs a) {
   __shared__ float x[kMaxHeadDim];
   const int t = blockIdx.x;
   const int head = blockIdx.y;  // [0, H + 2 Hkv)
@@ -59,19 +58,6 @@ __global__ void qk_norm_rope_kv_kernel(float* __restrict__ q_out, const float* _
   const int kvh = is_k ? head - H : head - H - Hkv;
   __nv_bfloat16* dst = (is_k ? k_step : v_step) + (int64_t(t) * Hkv + kvh) * D;
   for (int j = lane; j < D; j += 32) dst[j] = __float2bfloat16(x[j]);
-  if (cache.k_cache == nullptr) return;
-  const TokenKv& kv = cache.kv;
-  const int32_t pos = positions[t];
-  const int seq = kv.seq_idx[t];
-  int64_t slot;
-  if (cache.sliding) {
-    if (pos < kv.seq_lens[seq] - kv.window) return;  // as kv_cache_write
-    slot = int64_t(kv.ring_ids[seq]) * kv.window + pos % kv.window;
-  } else {
-    slot = kv.slot_mapping[t];
-  }
-  __nv_bfloat16* cdst = (is_k ? cache.k_cache : cache.v_cache) + (slot * Hkv + kvh) * D;
-  for (int j = lane; j < D; j += 32) cdst[j] = __float2bfloat16(x[j]);
 }
 
 // One block per row; threads walk its K and V values.
@@ -110,16 +96,13 @@ void kv_cache_write(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const __nv_b
 
 void qk_norm_rope_kv(float* q_out, const float* qkv, const float* q_norm, const float* k_norm,
                      __nv_bfloat16* k_step, __nv_bfloat16* v_step, const int32_t* positions,
-                     int num_tokens, const QkNormRopeArgs& a, cudaStream_t s,
-                     const KvCacheTarget* cache) {
-  FLINT_CHECK(!cache || !cache->sliding || cache->kv.window > 0,
-              "qk_norm_rope_kv: sliding layer without a window");
+                     int num_tokens, const QkNormRopeArgs& a, cudaStream_t s) {
   FLINT_CHECK(a.head_dim % 2 == 0 && a.head_dim <= kMaxHeadDim,
               "qk_norm_rope_kv: head_dim {} must be even and at most {}", a.head_dim, kMaxHeadDim);
   if (num_tokens == 0) return;
   const dim3 grid(num_tokens, a.num_heads + 2 * a.num_kv_heads);
   qk_norm_rope_kv_kernel<<<grid, 32, 0, s>>>(q_out, qkv, q_norm, k_norm, k_step, v_step, positions,
-                                             a, cache != nullptr ? *cache : KvCacheTarget{});
+                                             a);
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -16,25 +16,13 @@ struct QkNormRopeArgs {
   double rope_theta = 10000.0;
 };
 
-// Where qk_norm_rope_kv also stores the K/V rows: only for decode steps (every sequence has one
-// new token), whose attention may then read the cache it just wrote (a ring slot it overwrites
-// holds position p - window, outside the new token's window).
-struct KvCacheTarget {
-  __nv_bfloat16* k_cache = nullptr;  // layer's K, see TokenKv
-  __nv_bfloat16* v_cache = nullptr;
-  TokenKv kv;
-  bool sliding = false;
-};
-
 // For each row t of qkv ([num_tokens, (H + 2*Hkv) * D] f32: q heads, then k, then v):
 // q_out[t, h] = rope(rmsnorm(q[t, h]) * q_norm); k_step[t] = rope(rmsnorm(k) * k_norm) and
 // v_step[t] = v as bf16 (the cache dtype). q_norm, k_norm: [D] f32; q_out: [num_tokens, H, D] f32;
-// k_step, v_step: [num_tokens, Hkv, D] bf16; positions: [num_tokens]. With `cache`, the K/V rows
-// also go to the cache as kv_cache_write would place them (then skip kv_cache_write).
+// k_step, v_step: [num_tokens, Hkv, D] bf16; positions: [num_tokens].
 void qk_norm_rope_kv(float* q_out, const float* qkv, const float* q_norm, const float* k_norm,
                      __nv_bfloat16* k_step, __nv_bfloat16* v_step, const int32_t* positions,
-                     int num_tokens, const QkNormRopeArgs& a, cudaStream_t s,
-                     const KvCacheTarget* cache = nullptr);
+                     int num_tokens, const QkNormRopeArgs& a, cudaStream_t s);
 
 // Stores this step's K/V rows in the cache (after the layer's attention): full layers at
 // slot_mapping, sliding layers at ring slot position % window, skipping positions that fall out
