@@ -58,11 +58,17 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   f->slots_ = static_cast<int>(c.num_experts_per_tok) + w.num_shared_slots();
   f->max_act_cols_ = std::max({c.intermediate_size, c.moe_intermediate_size,
                                c.shared_expert_intermediate_size, int64_t(1)});
+  for (cudaEvent_t& e : f->staged_) {
+    FLINT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   return f;
 }
 
 CudaForward::~CudaForward() {
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
+  for (cudaEvent_t e : staged_)
+    if (e != nullptr) cudaEventDestroy(e);
 }
 
 __nv_bfloat16* CudaForward::k_cache(int layer) const {
@@ -91,6 +97,7 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   const int64_t meta =
       4 * T + cap_seqs_ + cap_table_ + cap_logits_ + (2 * cap_seqs_ + 1) + L * T * slots_;
   FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // buffers may be in use by queued work
+  ++buffer_generation_;
   auto m = DeviceBuffer::allocate(meta * 4);
   if (!m) return m.error().with_context("allocating step metadata");
   meta_ = std::move(m).value();
@@ -115,9 +122,11 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   p += cap_seqs_;
   d_ids_ = p;
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
   pinned_elems_ =
       static_cast<size_t>(4 * T + cap_seqs_ + cap_table_ + cap_logits_ + 2 * cap_seqs_ + 1);
   FLINT_CUDA_CHECK(cudaMallocHost(&pinned_, pinned_elems_ * 4));
+  FLINT_CUDA_CHECK(cudaMallocHost(&pinned_back_, pinned_elems_ * 4));
 
   const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t attn_ws = (kAttentionTargetBlocks / Hkv + 1 + T) * H * (D + 2) * 2;
@@ -173,7 +182,8 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
     return bad("query_start_loc must run from 0 to {}", T);
   }
   const int64_t num_slots = spec_.num_pages * spec_.page_size;
-  std::vector<int32_t> seq_idx(T);
+  std::vector<int32_t>& seq_idx = seq_idx_;
+  seq_idx.assign(T, 0);
   StepPlan plan{T, S, static_cast<int>(st.logits_indices.size()), 0, 0};
   for (int q = 0; q < S; ++q) {
     const int32_t b = st.query_start_loc[q], e = st.query_start_loc[q + 1];
@@ -217,8 +227,11 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   }
   FLINT_TRY(reserve(T, S, int64_t(st.block_table.size()), plan.num_logits));
   max_blocks_per_seq_ = st.max_blocks_per_seq;
-  FLINT_CUDA_CHECK(cudaStreamSynchronize(s));  // the pinned staging may still be in flight
-  int32_t* p = pinned_;
+  // The other half of the staging may still be in flight; this half's copies (two steps ago)
+  // have normally finished long since, so this wait does not stall the host.
+  stage_ ^= 1;
+  FLINT_CUDA_CHECK(cudaEventSynchronize(staged_[stage_]));
+  int32_t* p = stage_ == 0 ? pinned_ : pinned_back_;
   auto put = [&](const int32_t* src, size_t n, int32_t* dst) {
     std::memcpy(p, src, n * 4);
     if (n > 0) FLINT_CUDA_CHECK(cudaMemcpyAsync(dst, p, n * 4, cudaMemcpyHostToDevice, s));
@@ -233,6 +246,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   put(st.logits_indices.data(), st.logits_indices.size(), d_logit_rows_);
   put(st.query_start_loc.data(), S + 1, d_qsl_);
   put(st.seq_lens.data(), S, d_seq_lens_);
+  FLINT_CUDA_CHECK(cudaEventRecord(staged_[stage_], s));
   return plan;
 }
 

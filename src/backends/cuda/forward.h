@@ -30,6 +30,9 @@ struct StepPlan {
   int num_logits = 0;
   int64_t max_full_keys = 0;     // most keys any row sees in a full layer
   int64_t max_sliding_keys = 0;  // ... in a sliding layer
+
+  // Graph cache key (cuda_backend.cpp): equal plans enqueue identical launches.
+  bool operator==(const StepPlan&) const = default;
 };
 
 class CudaForward {
@@ -55,6 +58,14 @@ class CudaForward {
   void fill_kv_random(uint64_t seed, cudaStream_t s);
   int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()); }
   const DeviceWeights& weights() const { return w_; }
+  // Grows the step-sized buffers to at least these sizes now (so that later steps need not).
+  Status reserve_capacity(int num_tokens, int num_seqs, int64_t table_len, int num_logits) {
+    return reserve(num_tokens, num_seqs, table_len, num_logits);
+  }
+  // Bumped whenever the step-sized buffers move: CUDA graphs captured before hold stale pointers.
+  uint64_t buffer_generation() const { return buffer_generation_; }
+  // The block-table row stride of the uploaded step (a kernel argument: part of a graph's shape).
+  int max_blocks_per_seq() const { return max_blocks_per_seq_; }
 
  private:
   CudaForward(const DeviceWeights& w, const model::KvCacheSpec& kv) : w_(w), spec_(kv) {}
@@ -85,6 +96,13 @@ class CudaForward {
         *ws_attn_part_ = nullptr, *ws_logits_ = nullptr, *ws_alog_ = nullptr, *ws_kstep_ = nullptr,
         *ws_vstep_ = nullptr;  // bf16 [num_tokens, Hkv, D] each
   int max_blocks_per_seq_ = 0;
+  // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and
+  // waits only for the copies out of the same half two steps ago (staged_[half]).
+  int32_t* pinned_back_ = nullptr;
+  cudaEvent_t staged_[2] = {nullptr, nullptr};
+  int stage_ = 0;
+  uint64_t buffer_generation_ = 0;
+  std::vector<int32_t> seq_idx_;  // [num_tokens] reused host scratch
 };
 
 }  // namespace flint::cuda
