@@ -156,6 +156,7 @@ Status EngineCore::add_request(Request request, Sink sink) {
     seq->tokens = request.prompt_token_ids;
     seq->num_prompt = num_prompt;
     seq->rng = Rng(seed_for(base_seed, i));
+    seq->sample_seed = seed_for(base_seed, i);
     if (req->sampling.repetition_penalty != 1.0f)
       seq->penalties.prompt_tokens.insert(seq->tokens.begin(), seq->tokens.end());
     // The ring is snapshotted at the last block boundary before the prompt's last token, the
@@ -229,8 +230,16 @@ void EngineCore::step() {
   }
   std::vector<int> sample_row, first_prompt_row;
   build_step(sched, &sample_row, &first_prompt_row);
-  logits_.resize(step_.logits_indices.size() * static_cast<size_t>(vocab_size_));
-  Status st = backend_->forward(step_, logits_);
+  Status st = ok();
+  if (fill_device_sampling(sched, sample_row)) {
+    // Only the sampled tokens come back from the device, not vocab_size floats per row.
+    sampled_.resize(device_params_.size());
+    st = backend_->forward_sample(step_, device_params_, sampled_);
+  } else {
+    sampled_.clear();
+    logits_.resize(step_.logits_indices.size() * static_cast<size_t>(vocab_size_));
+    st = backend_->forward(step_, logits_);
+  }
   ++counters_.num_steps;
   if (!st) {
     spdlog::error("engine: forward failed: {}", st.error().message);
@@ -239,6 +248,29 @@ void EngineCore::step() {
     process_results(sched, sample_row, first_prompt_row);
   }
   emit_outputs();
+}
+
+bool EngineCore::fill_device_sampling(const std::vector<Scheduled>& sched,
+                                      const std::vector<int>& sample_row) {
+  if (!backend_->can_sample()) return false;
+  device_params_.assign(step_.logits_indices.size(), model::DeviceSampling{});
+  size_t num_rows = 0;
+  for (size_t i = 0; i < sched.size(); ++i) {
+    if (sample_row[i] < 0) continue;
+    const Sequence& seq = *sched[i].seq;
+    const SamplingParams& p = seq.req->request.params;
+    const ResolvedSampling& r = seq.req->sampling;
+    if (p.logprobs || p.prompt_logprobs || !p.logit_bias.empty() || r.repetition_penalty != 1.0f ||
+        p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
+        seq.num_output() < p.min_tokens) {
+      return false;
+    }
+    device_params_[sample_row[i]] = model::DeviceSampling{
+        r.temperature, r.top_k,         r.top_p,
+        r.min_p,       seq.sample_seed, static_cast<uint64_t>(seq.num_output())};
+    ++num_rows;
+  }
+  return num_rows > 0 && num_rows == step_.logits_indices.size();  // no prompt-logprobs rows
 }
 
 void EngineCore::fail_scheduled(const std::vector<Scheduled>& sched, const Error& error) {

@@ -37,6 +37,7 @@ struct Sequence {
   bool running = false;
   bool finished = false;
   Rng rng;
+  uint64_t sample_seed = 0;  // device sampling: the token is a function of (seed, num_output)
   PenaltyState penalties;
   std::optional<OutputText> text;
   CompletionDelta delta;  // accumulated since the last output
@@ -108,6 +109,10 @@ class EngineCore {
   void release_kv(Sequence* seq);
   void build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
                   std::vector<int>* first_prompt_row);
+  // True (and device_params_ filled) when every logits row of the step samples a token with
+  // parameters the backend applies itself: no logprobs, penalties, logit_bias or min_tokens.
+  bool fill_device_sampling(const std::vector<Scheduled>& sched,
+                            const std::vector<int>& sample_row);
   void process_results(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row,
                        const std::vector<int>& first_prompt_row);
   void on_token(Sequence* seq, int32_t token, std::span<const float> processed_logits);
@@ -133,6 +138,8 @@ class EngineCore {
 
   model::StepInput step_;
   std::vector<float> logits_;
+  std::vector<model::DeviceSampling> device_params_;  // [num_logits] when sampling on the device
+  std::vector<int32_t> sampled_;  // [num_logits] tokens sampled by the backend; empty: host path
 
   EngineStats counters_;
   LatencySamples samples_;

@@ -180,7 +180,7 @@ void EngineCore::process_results(const std::vector<Scheduled>& sched,
                                  const std::vector<int>& first_prompt_row) {
   const size_t vocab = static_cast<size_t>(vocab_size_);
   const int page = config_.page_size;
-  std::vector<float> processed(vocab);
+  std::vector<float> processed(sampled_.empty() ? vocab : 0);
   std::vector<int32_t> stop_ids;
   for (size_t i = 0; i < sched.size(); ++i) {
     Sequence* seq = sched[i].seq;
@@ -210,6 +210,10 @@ void EngineCore::process_results(const std::vector<Scheduled>& sched,
       req->prompt_logprobs_done = std::max(req->prompt_logprobs_done, to + 1);
     }
     if (sample_row[i] < 0) continue;
+    if (!sampled_.empty()) {  // sampled on the device (fill_device_sampling)
+      on_token(seq, sampled_[sample_row[i]], {});
+      continue;
+    }
     const float* row = logits_.data() + static_cast<size_t>(sample_row[i]) * vocab;
     std::copy(row, row + vocab, processed.begin());
     const SamplingParams& params = req->request.params;

@@ -12,6 +12,17 @@
 
 namespace flint::model {
 
+// Sampling parameters a backend can apply on its own device (Backend::forward_sample), with the
+// rules of engine::sample_token: greedy when temperature < 1e-5, else min_p, top_k, top_p, a draw.
+struct DeviceSampling {
+  float temperature = 1.0f;
+  int32_t top_k = 0;  // <= 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t step = 0;  // the token is a pure function of (seed, step, logits row)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -24,6 +35,18 @@ class Backend {
   virtual Status forward(const StepInput& step, std::span<float> logits) = 0;
   // Copies a sliding-window ring (for prefix caching and preemption); both are ring ids.
   virtual void copy_ring(int32_t src_ring, int32_t dst_ring) = 0;
+
+  // True when forward_sample works (the logits then never leave the device).
+  virtual bool can_sample() const { return false; }
+  // Runs one step and samples one token per logits row: tokens[i] from row i with params[i]
+  // (params.size() == step.logits_indices.size() <= tokens.size()).
+  virtual Status forward_sample(const StepInput& step, std::span<const DeviceSampling> params,
+                                std::span<int32_t> tokens) {
+    (void)step;
+    (void)params;
+    (void)tokens;
+    return Error{ErrorCode::kUnsupported, "backend: no device sampling"};
+  }
 };
 
 }  // namespace flint::model

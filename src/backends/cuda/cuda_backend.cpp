@@ -1,7 +1,33 @@
-// CudaBackend: weights upload, KV cache, and the step -> logits path over CudaForward.
+// CudaBackend: weights upload, KV cache, the step -> logits path over CudaForward, CUDA graphs for
+// decode steps, and sampling on the GPU.
+//
+// Graphs: one per decode-step shape (StepPlan, whose split counts and block-table stride
+// upload_step buckets), captured the second time a shape is seen and replayed after. Exact shapes
+// rather than padded batch buckets because a padded row would need a scratch page and ring of its
+// own in the KV contract, and would write its K/V somewhere every step; capturing a new batch size
+// costs a few ms once and the cache holds at most kMaxGraphs. Prefill and mixed steps run
+// un-captured.
 #include "backends/cuda/cuda_backend.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
 namespace flint::cuda {
+namespace {
+
+// Every sequence has exactly one new token.
+bool is_decode(const model::StepInput& st) {
+  if (st.num_tokens() != st.num_seqs() || st.query_start_loc.size() != st.seq_lens.size() + 1) {
+    return false;
+  }
+  for (size_t s = 0; s + 1 < st.query_start_loc.size(); ++s) {
+    if (st.query_start_loc[s + 1] - st.query_start_loc[s] != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::FlintWeights& weights) {
   if (!device_available()) return make_error(ErrorCode::kUnavailable, "cuda: no CUDA device");
@@ -16,30 +42,170 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::FlintWeigh
 }
 
 CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  clear_graphs();
   fwd_.reset();
+  if (h_sample_params_ != nullptr) cudaFreeHost(h_sample_params_);
+  if (h_sample_tokens_ != nullptr) cudaFreeHost(h_sample_tokens_);
   cudaStreamDestroy(stream_);
 }
 
 Status CudaBackend::init_kv_cache(const model::KvCacheSpec& spec) {
+  clear_graphs();
   fwd_.reset();
   FLINT_ASSIGN_OR_RETURN(fwd_, CudaForward::create(weights_, spec));
+  // Room for the largest graphed decode step up front (tables of up to 64 pages per sequence);
+  // a later step that needs more moves the buffers once and the graphs are captured again.
+  FLINT_TRY(fwd_->reserve_capacity(kMaxGraphSeqs, kMaxGraphSeqs, int64_t(kMaxGraphSeqs) * 64,
+                                   kMaxGraphSeqs));
+  FLINT_TRY(reserve_sampling(kMaxGraphSeqs));
+  graphs_generation_ = fwd_->buffer_generation();
+  return ok();
+}
+
+CudaBackend::GraphStats CudaBackend::graph_stats() const {
+  GraphStats g = stats_;
+  g.cached = graphs_.size();
+  return g;
+}
+
+void CudaBackend::clear_graphs() {
+  for (CachedGraph& g : graphs_) {
+    // Shapes seen once have no graph; destroying a null graph would leave cudaErrorInvalidValue
+    // pending for the next launch check to find.
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+  }
+  graphs_.clear();
+}
+
+cudaGraphExec_t CudaBackend::find_or_capture(const StepPlan& plan) {
+  const int stride = plan.max_blocks_per_seq;
+  ++use_clock_;
+  CachedGraph* entry = nullptr;
+  for (CachedGraph& g : graphs_) {
+    if (g.plan == plan && g.max_blocks_per_seq == stride) entry = &g;
+  }
+  if (entry != nullptr && entry->exec != nullptr) {
+    entry->last_use = use_clock_;
+    return entry->exec;
+  }
+  // A shape is captured the second time it is seen: one-off shapes never pay for a capture, and
+  // every kernel has run (and set its attributes) un-captured once before.
+  if (entry == nullptr) {
+    if (graphs_.size() >= kMaxGraphs) {
+      auto lru = std::min_element(graphs_.begin(), graphs_.end(), [](const auto& a, const auto& b) {
+        return a.last_use < b.last_use;
+      });
+      if (lru->exec != nullptr) cudaGraphExecDestroy(lru->exec);
+      graphs_.erase(lru);
+    }
+    graphs_.push_back(CachedGraph{plan, stride, nullptr, use_clock_});
+    return nullptr;
+  }
+  // Thread-local mode: other threads' CUDA calls (none today) would not break the capture.
+  if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  fwd_->enqueue(plan, stream_);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  const bool ok_capture = cudaStreamEndCapture(stream_, &graph) == cudaSuccess &&
+                          cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!ok_capture) {
+    (void)cudaGetLastError();
+    spdlog::warn("cuda: graph capture of a decode step failed; running un-captured from now on");
+    graphs_enabled_ = false;
+    return nullptr;
+  }
+  ++stats_.captures;
+  entry->exec = exec;
+  entry->last_use = use_clock_;
+  return exec;
+}
+
+Status CudaBackend::run_step(const model::StepInput& step) {
+  if (!fwd_) return make_error(ErrorCode::kInternal, "cuda: forward before init_kv_cache");
+  const bool decode = is_decode(step);
+  FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_));
+  if (fwd_->buffer_generation() != graphs_generation_) {
+    clear_graphs();  // their captured pointers are stale
+    graphs_generation_ = fwd_->buffer_generation();
+  }
+  // upload_step buckets everything a launch depends on (split counts, table stride), so equal plans
+  // replay the same graph.
+  if (decode && graphs_enabled_ && plan.num_tokens <= kMaxGraphSeqs) {
+    if (cudaGraphExec_t exec = find_or_capture(plan)) {
+      FLINT_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      ++stats_.replays;
+      return ok();
+    }
+  }
+  fwd_->enqueue(plan, stream_);
+  ++stats_.uncaptured;
   return ok();
 }
 
 Status CudaBackend::forward(const model::StepInput& step, std::span<float> logits) {
-  if (!fwd_) return make_error(ErrorCode::kInternal, "cuda: forward before init_kv_cache");
   const int64_t need = int64_t(step.logits_indices.size()) * config().vocab_size;
   if (int64_t(logits.size()) < need) {
     return make_error(ErrorCode::kInvalidArgument, "cuda: logits buffer holds {} floats, need {}",
                       logits.size(), need);
   }
-  FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_));
-  fwd_->enqueue(plan, stream_);
+  FLINT_TRY(run_step(step));
   if (need > 0) {
     FLINT_CUDA_CHECK(cudaMemcpyAsync(logits.data(), fwd_->logits(), need * sizeof(float),
                                      cudaMemcpyDeviceToHost, stream_));
   }
   FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ok();
+}
+
+Status CudaBackend::reserve_sampling(size_t rows) {
+  if (rows <= sample_rows_) return ok();
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  auto p = DeviceBuffer::allocate(rows * sizeof(SampleParams));
+  if (!p) return p.error().with_context("allocating sampling parameters");
+  auto t = DeviceBuffer::allocate(rows * sizeof(int32_t));
+  if (!t) return t.error().with_context("allocating sampled tokens");
+  d_sample_params_ = std::move(p).value();
+  d_sample_tokens_ = std::move(t).value();
+  if (h_sample_params_ != nullptr) cudaFreeHost(h_sample_params_);
+  if (h_sample_tokens_ != nullptr) cudaFreeHost(h_sample_tokens_);
+  FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_params_, rows * sizeof(SampleParams)));
+  FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_tokens_, rows * sizeof(int32_t)));
+  sample_rows_ = rows;
+  return ok();
+}
+
+Status CudaBackend::forward_sample(const model::StepInput& step,
+                                   std::span<const model::DeviceSampling> params,
+                                   std::span<int32_t> tokens) {
+  const size_t n = step.logits_indices.size();
+  if (params.size() != n || tokens.size() < n) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda: {} logits rows but {} sampling parameters and room for {} tokens", n,
+                      params.size(), tokens.size());
+  }
+  FLINT_TRY(reserve_sampling(n));
+  FLINT_TRY(run_step(step));
+  if (n > 0) {
+    // The previous call synchronised after its copies, so the pinned buffers are free.
+    for (size_t i = 0; i < n; ++i) {
+      const model::DeviceSampling& p = params[i];
+      h_sample_params_[i] = SampleParams{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
+    }
+    SampleParams* d_params = d_sample_params_.as<SampleParams>();
+    int32_t* d_tokens = d_sample_tokens_.as<int32_t>();
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(d_params, h_sample_params_, n * sizeof(SampleParams),
+                                     cudaMemcpyHostToDevice, stream_));
+    sample(d_tokens, fwd_->logits(), d_params, static_cast<int>(n), config().vocab_size, stream_);
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(h_sample_tokens_, d_tokens, n * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+  }
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::copy_n(h_sample_tokens_, n, tokens.begin());
   return ok();
 }
 

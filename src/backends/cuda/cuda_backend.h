@@ -1,14 +1,17 @@
 // CudaBackend: model::Backend on one CUDA GPU (Hopper first). Same contract as the CPU reference
-// (backends/cpu), checked against it by tests/gpu/forward_test.cpp. Not thread-safe; one engine
-// thread owns it.
+// (backends/cpu), checked against it by tests/gpu/forward_test.cpp; decode steps replay CUDA graphs
+// (tests/gpu/backend_graph_test.cpp) and can sample on the device (backend_sample_test.cpp). Not
+// thread-safe; one engine thread owns it.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "backends/cuda/forward.h"
+#include "backends/cuda/kernels/sampling.h"
 #include "backends/cuda/weights.h"
 #include "model/backend.h"
 
@@ -26,12 +29,54 @@ class CudaBackend final : public model::Backend {
   // Validates the step (kInvalidArgument naming the problem), runs it, copies logits to host.
   Status forward(const model::StepInput& step, std::span<float> logits) override;
   void copy_ring(int32_t src_ring, int32_t dst_ring) override;
+  bool can_sample() const override { return true; }
+  // As forward, then samples on the GPU (kernels/sampling.h); only the tokens come back.
+  Status forward_sample(const model::StepInput& step, std::span<const model::DeviceSampling> params,
+                        std::span<int32_t> tokens) override;
+
+  // Decode steps (one new token per sequence, at most kMaxGraphSeqs sequences) replay a CUDA
+  // graph captured the second time their shape is seen; on by default. Off runs every step
+  // un-captured.
+  void set_graphs_enabled(bool on) { graphs_enabled_ = on; }
+  struct GraphStats {
+    int64_t captures = 0, replays = 0, uncaptured = 0;
+    size_t cached = 0;
+  };
+  GraphStats graph_stats() const;
+
+  static constexpr int kMaxGraphSeqs = 64;
+  static constexpr size_t kMaxGraphs = 512;  // least recently used graphs go beyond this
 
  private:
+  struct CachedGraph {
+    StepPlan plan;  // with max_blocks_per_seq, the whole shape of the captured launches
+    int max_blocks_per_seq = 0;
+    cudaGraphExec_t exec = nullptr;  // null: seen once, not captured yet
+    uint64_t last_use = 0;
+  };
+
   CudaBackend(DeviceWeights w, cudaStream_t s) : weights_(std::move(w)), stream_(s) {}
+  // Uploads and enqueues one step (a graph replay for decode steps); logits land in fwd_->logits().
+  Status run_step(const model::StepInput& step);
+  cudaGraphExec_t find_or_capture(const StepPlan& plan);
+  void clear_graphs();
+  Status reserve_sampling(size_t rows);
+
   DeviceWeights weights_;
   cudaStream_t stream_;
   std::unique_ptr<CudaForward> fwd_;
+
+  bool graphs_enabled_ = true;
+  std::vector<CachedGraph> graphs_;
+  uint64_t graphs_generation_ = 0;  // fwd_->buffer_generation() the cached graphs were made at
+  uint64_t use_clock_ = 0;
+  GraphStats stats_;
+
+  // Sampling: per-row parameters and tokens, staged through pinned memory.
+  size_t sample_rows_ = 0;
+  DeviceBuffer d_sample_params_, d_sample_tokens_;
+  SampleParams* h_sample_params_ = nullptr;
+  int32_t* h_sample_tokens_ = nullptr;
 };
 
 }  // namespace flint::cuda

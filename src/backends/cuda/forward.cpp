@@ -69,11 +69,17 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   int dev = 0;
   FLINT_CUDA_CHECK(cudaGetDevice(&dev));
   FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&f->num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  for (cudaEvent_t& e : f->staged_) {
+    FLINT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
   return f;
 }
 
 CudaForward::~CudaForward() {
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
+  for (cudaEvent_t e : staged_)
+    if (e != nullptr) cudaEventDestroy(e);
 }
 
 __nv_bfloat16* CudaForward::k_cache(int layer) const {
@@ -102,6 +108,7 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   const int64_t meta =
       4 * T + cap_seqs_ + cap_table_ + cap_logits_ + (2 * cap_seqs_ + 1) + L * T * slots_;
   FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // buffers may be in use by queued work
+  ++buffer_generation_;
   auto m = DeviceBuffer::allocate(meta * 4);
   if (!m) return m.error().with_context("allocating step metadata");
   meta_ = std::move(m).value();
@@ -126,9 +133,11 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   p += cap_seqs_;
   d_ids_ = p;
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
   pinned_elems_ =
       static_cast<size_t>(4 * T + cap_seqs_ + cap_table_ + cap_logits_ + 2 * cap_seqs_ + 1);
   FLINT_CUDA_CHECK(cudaMallocHost(&pinned_, pinned_elems_ * 4));
+  FLINT_CUDA_CHECK(cudaMallocHost(&pinned_back_, pinned_elems_ * 4));
 
   const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t attn_ws = decode_attention_workspace(
@@ -190,7 +199,8 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
     return bad("query_start_loc must run from 0 to {}", T);
   }
   const int64_t num_slots = spec_.num_pages * spec_.page_size;
-  std::vector<int32_t> seq_idx(T);
+  std::vector<int32_t>& seq_idx = seq_idx_;
+  seq_idx.assign(T, 0);
   StepPlan plan;
   plan.num_tokens = T;
   plan.num_seqs = S;
@@ -248,14 +258,18 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   for (int32_t r : st.logits_indices) {
     if (r < 0 || r >= T) return bad("logits row {} outside [0, {})", r, T);
   }
-  std::vector<int32_t> table(size_t(S) * stride, 0);
+  std::vector<int32_t>& table = table_;
+  table.assign(size_t(S) * stride, 0);
   for (int q = 0; q < S; ++q) {
     std::copy_n(st.block_table.begin() + int64_t(q) * st.max_blocks_per_seq, st.max_blocks_per_seq,
                 table.begin() + int64_t(q) * stride);
   }
   FLINT_TRY(reserve(T, S, int64_t(table.size()), plan.num_logits));
-  FLINT_CUDA_CHECK(cudaStreamSynchronize(s));  // the pinned staging may still be in flight
-  int32_t* p = pinned_;
+  // The other half of the staging may still be in flight; this half's copies (two steps ago)
+  // have normally finished long since, so this wait does not stall the host.
+  stage_ ^= 1;
+  FLINT_CUDA_CHECK(cudaEventSynchronize(staged_[stage_]));
+  int32_t* p = stage_ == 0 ? pinned_ : pinned_back_;
   auto put = [&](const int32_t* src, size_t n, int32_t* dst) {
     std::memcpy(p, src, n * 4);
     if (n > 0) FLINT_CUDA_CHECK(cudaMemcpyAsync(dst, p, n * 4, cudaMemcpyHostToDevice, s));
@@ -270,6 +284,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   put(st.logits_indices.data(), st.logits_indices.size(), d_logit_rows_);
   put(st.query_start_loc.data(), S + 1, d_qsl_);
   put(st.seq_lens.data(), S, d_seq_lens_);
+  FLINT_CUDA_CHECK(cudaEventRecord(staged_[stage_], s));
   return plan;
 }
 

@@ -38,7 +38,7 @@ struct StepPlan {
   // Every sequence has exactly one new token: q/k norm, RoPE, the K/V cache write and attention
   // are one launch per layer (decode_attention_fused).
   bool decode = false;
-
+  // Graph cache key (cuda_backend.cpp): equal plans enqueue identical launches.
   bool operator==(const StepPlan&) const = default;
 };
 
@@ -65,6 +65,12 @@ class CudaForward {
   void fill_kv_random(uint64_t seed, cudaStream_t s);
   int64_t kv_bytes() const { return static_cast<int64_t>(kv_.size()); }
   const DeviceWeights& weights() const { return w_; }
+  // Grows the step-sized buffers to at least these sizes now (so that later steps need not).
+  Status reserve_capacity(int num_tokens, int num_seqs, int64_t table_len, int num_logits) {
+    return reserve(num_tokens, num_seqs, table_len, num_logits);
+  }
+  // Bumped whenever the step-sized buffers move: CUDA graphs captured before hold stale pointers.
+  uint64_t buffer_generation() const { return buffer_generation_; }
 
  private:
   CudaForward(const DeviceWeights& w, const model::KvCacheSpec& kv) : w_(w), spec_(kv) {}
@@ -96,6 +102,14 @@ class CudaForward {
         *ws_vstep_ = nullptr;   // bf16 [num_tokens, Hkv, D] each
   DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
   int num_sms_ = 1;
+  // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and
+  // waits only for the copies out of the same half two steps ago (staged_[half]).
+  int32_t* pinned_back_ = nullptr;
+  cudaEvent_t staged_[2] = {nullptr, nullptr};
+  int stage_ = 0;
+  uint64_t buffer_generation_ = 0;
+  std::vector<int32_t> seq_idx_;  // [num_tokens] reused host scratch
+  std::vector<int32_t> table_;    // [num_seqs, stride] reused host scratch
 };
 
 }  // namespace flint::cuda
