@@ -1,4 +1,4 @@
-// Small-batch GEMV: two output rows per warp, 16-byte weight loads (fetched before the PDL wait),
+// Small-batch GEMV: one output row per warp, 16-byte weight loads (fetched before the PDL wait),
 // up to 8 activation rows per pass, an optional fused RMSNorm of the input; NVFP4 is decoded in
 // registers. Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp   Bench: flint bench.
 #include "backends/cuda/cuda_check.h"
@@ -11,22 +11,13 @@ namespace {
 using dev::GemvArgs;
 constexpr int64_t kMaxSmemBytes = 200 * 1024;
 
-// Two blocks per SM at 1-2 activation rows, so the decode-size grids fit in one wave.
+// At one activation row, four blocks per SM (<= 64 registers), so that a step's grids (up to 8
+// pairs x 64 blocks for the experts) run in one wave.
 template <DType W, int NB, bool kGated, int R>
-__global__ void __launch_bounds__(dev::kGemvThreads, NB <= 2 ? 2 : 1) gemv_kernel(GemvArgs args) {
+__global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? 4 : 1) gemv_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
   dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, kGated, R>(args, reinterpret_cast<float*>(smem4));
-}
-
-int num_sms() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
-    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return n;
 }
 
 template <DType W, int NB, bool kGated, int R>
@@ -44,17 +35,10 @@ void launch_r(const GemvArgs& a, int groups, cudaStream_t s) {
   launch_pdl(gemv_kernel<W, NB, kGated, R>, grid, dim3(dev::kGemvThreads), smem, s, a);
 }
 
-// Two rows per warp, or four when that still gives every SM a block: fewer blocks fit in one
-// wave (the kernel is latency-bound at batch 1) and stage the activations fewer times.
+// One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
-  if constexpr (W != DType::kF32) {
-    if (ceil_div(a.a.out, dev::kGemvWarps * 4) * groups >= num_sms()) {
-      launch_r<W, NB, kGated, 4>(a, groups, s);
-      return;
-    }
-  }
-  launch_r<W, NB, kGated, 2>(a, groups, s);
+  launch_r<W, NB, kGated, 1>(a, groups, s);
 }
 
 template <DType W, bool kGated>

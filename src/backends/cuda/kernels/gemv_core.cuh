@@ -1,5 +1,5 @@
 // The block body of the small-batch GEMV kernels (gemv.cu, moe_router.cu): R output rows per warp,
-// several 16-byte weight loads in flight per lane, weights for rows known up front loaded before
+// a few 16-byte weight loads in flight per lane, weights for rows known up front loaded before
 // the PDL wait, activations staged (and optionally RMS-normalised) in shared memory.
 // Test: tests/kernels/gemv_test.cpp, tests/kernels/moe_test.cpp
 #pragma once
@@ -26,10 +26,14 @@ struct GemvArgs {
   bool accumulate;
 };
 
-// Weight chunks a lane keeps in flight per pass: about 8 16-byte loads.
+// Weight chunks a lane loads per pass, per row and matrix: two NVFP4 chunks (a 2048-wide row in
+// one pass, all fetched before the PDL wait) or four 16-byte BF16/F32 chunks; half that for the
+// gated kernels, which load two matrices. Kept small on purpose: at batch 1 the kernel needs many
+// resident warps (few registers) more than deep per-lane queues. A version with 2-4 rows per warp
+// and ~8 loads per lane (120-255 registers) made the whole step slower on the H200.
 template <DType W, bool kGated, int R>
 constexpr int gemv_unroll() {
-  return (W == DType::kNVFP4 ? 8 : 16) / (R * (kGated ? 2 : 1));
+  return (W == DType::kNVFP4 ? 2 : 4) / (kGated ? 2 : 1);
 }
 
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
@@ -101,14 +105,19 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
       const int64_t c = base + lane + 32 * u;
       if (c >= nc) continue;
       const int64_t xo = pad_idx(c * C::kElems);
-      if constexpr (NB == 1) {
+      if constexpr (NB < 4) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          acc_a[r][0] += wa[r][u].dot(xs + xo, nullptr);
-          if constexpr (kGated) acc_b[r][0] += wb[r][u].dot(xs + xo, nullptr);
+#pragma unroll
+          for (int i = 0; i < NB; ++i) {
+            if (i >= nb) continue;
+            acc_a[r][i] += wa[r][u].dot(xs + i * PK + xo, nullptr);
+            if constexpr (kGated) acc_b[r][i] += wb[r][u].dot(xs + i * PK + xo, nullptr);
+          }
         }
       } else {
-        // Decode each weight chunk once and reuse it for every activation row.
+        // Decode each weight chunk once and reuse it for every activation row (the kernel is
+        // bound by instructions at 4-8 rows).
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float wf[C::kElems];

@@ -1,6 +1,6 @@
-// MoE down projection + weighted combine + residual add in one pass: each warp computes two output
-// rows of one token; its lanes walk the (slot, chunk) pairs of all that token's experts with about
-// eight 16-byte weight loads in flight. Launched with PDL.
+// MoE down projection + weighted combine + residual add in one pass: each warp computes one output
+// row of one token; its lanes walk the (slot, chunk) pairs of all that token's experts, the first
+// weight loads in flight while the activations are staged. Launched with PDL.
 // Reference: spec section 2.5 steps 5-8 (cpu::moe).   Test: tests/kernels/moe_test.cpp
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
@@ -11,12 +11,12 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
-constexpr int kR = 2;  // output rows per warp
+constexpr int kR = 1;  // output rows per warp: many light warps (see gemv_core.cuh)
 
-// Chunks in flight per lane: about 8 16-byte weight loads.
+// Chunks in flight per lane: all of a Flint token's NVFP4 work (8 slots x 16 chunks) in one pass.
 template <DType W>
 constexpr int down_unroll() {
-  return (W == DType::kNVFP4 ? 8 : 16) / kR;
+  return 4;
 }
 
 template <DType W>
