@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "backends/cpu/ops/linear.h"
+#include "backends/cpu/ops/rms_norm.h"
 #include "backends/cuda/weights.h"
 #include "core/thread_pool.h"
 #include "tests/kernels/gpu_test_util.h"
@@ -76,6 +77,38 @@ TEST(Gemv, Nvfp4MatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
   for (int rows : {1, 4, 8, 11}) check_gemv(DType::kNVFP4, rows, 129, 704, 0.37f);
   check_gemv(DType::kNVFP4, 1, 1, 4096, 1.0f);
+}
+
+TEST(Gemv, FusedRmsNormOverGatheredRowsMatchesCpu) {
+  FLINT_REQUIRE_GPU();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
+    for (auto [rows, in] : {std::pair<int, int64_t>{1, 832}, {5, 832}, {9, 832}, {2, 2560}}) {
+      const int64_t out = 33;
+      SCOPED_TRACE(fmt::format("dtype={} rows={} in={}", dt, rows, in));
+      const auto wb = random_weight(dt, out, in, 51);
+      const model::Linear lin{ConstTensorView(wb.data(), dt, {out, in}), 0.75f};
+      const int src_rows = rows + 3;
+      const auto x = random_floats(src_rows * in, 61 + rows, -3, 3);
+      const auto nw = random_floats(in, 62, 0.5f, 1.5f);
+      std::vector<int32_t> idx(rows);
+      for (int i = 0; i < rows; ++i) idx[i] = src_rows - 1 - 2 * i % src_rows;
+      std::vector<float> xg(rows * in), xn(rows * in), want(rows * out);
+      for (int i = 0; i < rows; ++i) {
+        std::copy_n(x.begin() + int64_t(idx[i]) * in, in, xg.begin() + int64_t(i) * in);
+      }
+      cpu::rms_norm(xn.data(), xg.data(), nw.data(), rows, in, 1e-6f);
+      ThreadPool pool(2);
+      cpu::linear(want.data(), xn.data(), rows, lin, pool);
+      DeviceWeights owner;
+      auto ref = owner.add_linear(lin, nullptr);
+      ASSERT_TRUE(ref.has_value());
+      DeviceArray<float> dx(x), dnw(nw), dy(rows * out);
+      DeviceArray<int32_t> didx(idx);
+      gemv(dy.get(), out, dx.get(), in, rows, *ref, false, nullptr, GemvNorm{dnw.get(), 1e-6f},
+           didx.get());
+      EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-4), 1.0);
+    }
+  }
 }
 
 TEST(Gemv, GatedMatchesSiluOfCpuLinears) {

@@ -106,7 +106,7 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   const int64_t T = cap_tokens_, L = c.num_hidden_layers;
   // int32 metadata: tokens, positions, seq_idx, slot_mapping, rings, table, logit rows, ids.
   const int64_t meta =
-      4 * T + cap_seqs_ + cap_table_ + cap_logits_ + (2 * cap_seqs_ + 1) + L * T * slots_;
+      4 * T + cap_seqs_ + cap_table_ + cap_logits_ + (2 * cap_seqs_ + 1) + L * T * slots_ + 1;
   FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // buffers may be in use by queued work
   ++buffer_generation_;
   auto m = DeviceBuffer::allocate(meta * 4);
@@ -132,6 +132,9 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   d_seq_lens_ = p;
   p += cap_seqs_;
   d_ids_ = p;
+  p += L * T * slots_;
+  d_route_counter_ = p;  // moe_route's block counter: zero between launches
+  FLINT_CUDA_CHECK(cudaMemset(d_route_counter_, 0, sizeof(int32_t)));
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
   pinned_elems_ =
@@ -306,9 +309,8 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& L = w_.layers()[l];
     const bool sliding = c.is_sliding(l);
-    rms_norm(ws_a_, d, ws_h_, d, L.attn_norm, T, d, eps, s);
-    mark("rms_norm");
-    gemv(ws_qkv_, qkv_cols, ws_a_, d, T, L.qkv, false, s);
+    // The input RMSNorm is fused into the projection that reads the residual stream.
+    gemv(ws_qkv_, qkv_cols, ws_h_, d, T, L.qkv, false, s, GemvNorm{L.attn_norm, eps});
     mark("qkv_proj");
     TokenKv kv{d_pos_,
                d_seq_,
@@ -350,18 +352,26 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
     }
     gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
     mark("o_proj");
-    rms_norm(ws_a_, d, ws_h_, d, L.ffn_norm, T, d, eps, s);
-    mark("rms_norm");
+    const GemvNorm ffn_norm{L.ffn_norm, eps};
     if (c.layer_is_dense[l]) {
-      gemv_gated(ws_act_, c.intermediate_size, ws_a_, d, T, L.gate, L.up, s);
+      gemv_gated(ws_act_, c.intermediate_size, ws_h_, d, T, L.gate, L.up, s, ffn_norm);
       gemv(ws_h_, d, ws_act_, c.intermediate_size, T, L.down, true, s);
       mark("dense_mlp");
     } else {
       int32_t* ids = d_ids_ + l * int64_t(cap_tokens_) * slots_;
-      gemv(ws_rlogits_, c.num_experts, ws_a_, d, T, L.router, false, s);
-      moe_router(ids, ws_rw_, ws_rlogits_, L.expert_bias, T, routing, s);
+      // The separate shared expert (rare: it could not be sliced into the expert stacks) reads the
+      // normed input after moe_down has updated h, so that layer normalises once up front.
+      const float* x = ws_h_;
+      GemvNorm norm = ffn_norm;
+      if (L.has_separate_shared) {
+        rms_norm(ws_a_, d, ws_h_, d, L.ffn_norm, T, d, eps, s);
+        x = ws_a_;
+        norm = GemvNorm{};
+      }
+      moe_route(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
+                MoeRouteScratch{ws_rlogits_, d_route_counter_}, s);
       mark("moe_router");
-      gemv_gated_experts(ws_act_, ws_a_, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s);
+      gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm);
       mark("moe_gate_up");
       moe_down(ws_h_, d, ws_act_, ids, ws_rw_, T, slots_, L.exp_down, s);
       mark("moe_down");
@@ -373,9 +383,9 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
     }
   }
   if (plan.num_logits > 0) {
-    rms_norm_rows(ws_alog_, d, ws_h_, d, d_logit_rows_, w_.final_norm(), plan.num_logits, d, eps,
-                  s);
-    gemv(ws_logits_, c.vocab_size, ws_alog_, d, plan.num_logits, w_.lm_head(), false, s);
+    // Final norm fused into the LM head, over the gathered logits rows.
+    gemv(ws_logits_, c.vocab_size, ws_h_, d, plan.num_logits, w_.lm_head(), false, s,
+         GemvNorm{w_.final_norm(), eps}, d_logit_rows_);
     mark("lm_head");
   }
 }

@@ -1,15 +1,60 @@
-// Device helpers shared by the kernels: warp reductions, bf16 vectors, NVFP4 decode, and the
-// weight-chunk loaders used by the GEMV-style kernels (gemv.cu, moe_experts.cu).
+// Device helpers shared by the kernels: warp reductions, bf16 vectors, NVFP4 decode, the
+// weight-chunk loaders and activation staging (with a fused RMSNorm) of the GEMV-style kernels
+// (gemv.cu, moe_router.cu, moe_experts.cu), and programmatic dependent launch (launch_pdl).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/linear_ref.h"
 
+namespace flint::cuda {
+
+// Launches `kernel` with programmatic dependent launch (PDL) on a real stream: it may start while
+// the previous kernel of the stream is still finishing, so its launch and prologue (weight loads)
+// overlap that kernel's tail. Such a kernel must call dev::pdl_wait() before it reads anything an
+// earlier kernel wrote and before its first global write. Works inside CUDA graph capture. On the
+// legacy default stream (tests) it is a plain launch.
+template <typename... KArgs, typename... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = s != nullptr ? 1 : 0;
+  FLINT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace flint::cuda
+
 namespace flint::cuda::dev {
+
+// PDL: waits until every earlier kernel of the stream has finished and its writes are visible
+// (a no-op when the kernel was launched without PDL).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// PDL: lets the next kernel of the stream launch once every block of this one has called this (or
+// exited). Safe anywhere, because the next kernel reads nothing of ours before its pdl_wait().
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -71,6 +116,12 @@ struct Chunk<DType::kF32> {
     const float4 a = *reinterpret_cast<const float4*>(x);
     return v.x * a.x + v.y * a.y + v.z * a.z + v.w * a.w;
   }
+  __device__ __forceinline__ void decode(float (&w)[kElems]) const {
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  }
 };
 
 // 8 consecutive bf16 weights.
@@ -90,6 +141,7 @@ struct Chunk<DType::kBF16> {
     return f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x + f[5] * b.y +
            f[6] * b.z + f[7] * b.w;
   }
+  __device__ __forceinline__ void decode(float (&w)[kElems]) const { bf16x8_to_f32(raw, w); }
 };
 
 // 32 consecutive NVFP4 weights: half a ggml block (two 16-element sub-blocks, 16 code bytes and
@@ -143,7 +195,52 @@ struct Chunk<DType::kNVFP4> {
   __device__ __forceinline__ float dot(const float* x, const float*) const {
     return 32768.0f * (d0 * half_dot(q.x, q.y, x) + d1 * half_dot(q.z, q.w, x + 16));
   }
+  // One 16-element sub-block as real values times the sub-scale s (exact in f32).
+  __device__ __forceinline__ static void decode16(uint32_t w0, uint32_t w1, float s, float* o) {
+    float2 p;
+    p = decode2(w0);
+    o[0] = p.x * s;
+    o[2] = p.y * s;
+    p = decode2(w0 >> 4);
+    o[8] = p.x * s;
+    o[10] = p.y * s;
+    p = decode2(w0 >> 8);
+    o[1] = p.x * s;
+    o[3] = p.y * s;
+    p = decode2(w0 >> 12);
+    o[9] = p.x * s;
+    o[11] = p.y * s;
+    p = decode2(w1);
+    o[4] = p.x * s;
+    o[6] = p.y * s;
+    p = decode2(w1 >> 4);
+    o[12] = p.x * s;
+    o[14] = p.y * s;
+    p = decode2(w1 >> 8);
+    o[5] = p.x * s;
+    o[7] = p.y * s;
+    p = decode2(w1 >> 12);
+    o[13] = p.x * s;
+    o[15] = p.y * s;
+  }
+  // The 32 weights (without row_scale), for reuse across several activation rows.
+  __device__ __forceinline__ void decode(float (&w)[kElems]) const {
+    decode16(q.x, q.y, 32768.0f * d0, w);
+    decode16(q.z, q.w, 32768.0f * d1, w + 16);
+  }
 };
+
+// sum_k w[k] x[k] over N decoded weights; x is 16-byte aligned and contiguous (one chunk).
+template <int N>
+__device__ __forceinline__ float dot_decoded(const float (&w)[N], const float* x) {
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; k += 4) {
+    const float4 a = *reinterpret_cast<const float4*>(x + k);
+    s += w[k] * a.x + w[k + 1] * a.y + w[k + 2] * a.z + w[k + 3] * a.w;
+  }
+  return s;
+}
 
 // Activations staged in shared memory: each 32-element group is followed by 4 pad floats, so
 // lanes reading consecutive chunks hit distinct banks with 16-byte loads.
@@ -152,6 +249,101 @@ __device__ __forceinline__ int64_t pad_idx(int64_t e) { return (e >> 5) * 36 + (
 
 __device__ __forceinline__ float row_scale(const LinearRef& L, int64_t row) {
   return L.row_scale != nullptr ? __ldg(L.row_scale + row) : 1.0f;
+}
+
+// The first kNormVec float4 of a thread's share of an RMSNorm weight, loaded before the PDL wait
+// (weights do not depend on earlier kernels). Covers K <= 4 * kNormVec * blockDim.x; the rest is
+// read when it is used.
+inline constexpr int kNormVec = 2;
+struct NormPrefetch {
+  float4 v[kNormVec];
+};
+
+__device__ __forceinline__ void prefetch_norm(NormPrefetch& p, const float* norm, int64_t K) {
+  if (norm == nullptr) return;
+  const int64_t n4 = K / 4;
+#pragma unroll
+  for (int k = 0; k < kNormVec; ++k) {
+    const int64_t j = threadIdx.x + int64_t(k) * blockDim.x;
+    if (j < n4) p.v[k] = __ldg(reinterpret_cast<const float4*>(norm) + j);
+  }
+}
+
+// Copies nb (<= NB) activation rows of K f32 (row i starts at x + row[i] * x_stride; K % 4 == 0,
+// 16-byte aligned rows) into xs in the padded layout, PK floats per row. With a norm weight each
+// row is RMS-normalised on the way (x / sqrt(mean(x^2) + eps) * norm, sums in f32), so the GEMV
+// that consumes a normed input needs no separate RMSNorm launch; `pf` holds the prefetched part
+// of the norm weight (prefetch_norm). Ends with __syncthreads(). Every thread of the block must
+// call it; blockDim.x is a multiple of 32 and at most 1024.
+template <int NB>
+__device__ __forceinline__ void stage_rows(float* xs, int64_t PK, const float* x, int64_t x_stride,
+                                           const int64_t (&row)[NB], int nb, int64_t K,
+                                           const float* norm, const NormPrefetch& pf, float eps) {
+  __shared__ float red[32][NB];
+  const int64_t n4 = K / 4, bd = blockDim.x;
+  float ss[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    ss[i] = 0.0f;
+    if (i >= nb) continue;
+    const float4* src = reinterpret_cast<const float4*>(x + row[i] * x_stride);
+    float* dst = xs + i * PK;
+    float4 v[kNormVec];
+#pragma unroll
+    for (int k = 0; k < kNormVec; ++k) {  // all loads first: several in flight per thread
+      const int64_t j = threadIdx.x + k * bd;
+      if (j < n4) v[k] = src[j];
+    }
+#pragma unroll
+    for (int k = 0; k < kNormVec; ++k) {
+      const int64_t j = threadIdx.x + k * bd;
+      if (j < n4) {
+        *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = v[k];
+        ss[i] += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+      }
+    }
+    for (int64_t j = threadIdx.x + kNormVec * bd; j < n4; j += bd) {
+      const float4 u = src[j];
+      *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = u;
+      ss[i] += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
+    }
+  }
+  if (norm != nullptr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const float v = warp_sum(ss[i]);
+      if (lane == 0) red[warp][i] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      if (i >= nb) continue;
+      float total = 0.0f;
+      for (int w = 0; w < static_cast<int>(bd >> 5); ++w) total += red[w][i];
+      const float inv = rsqrtf(total / static_cast<float>(K) + eps);
+      float* dst = xs + i * PK;
+      // Each thread rescales exactly the elements it stored above.
+      auto scale = [&](int64_t j, const float4& w) {
+        float4* p = reinterpret_cast<float4*>(dst + pad_idx(4 * j));
+        float4 v = *p;
+        v.x = v.x * inv * w.x;
+        v.y = v.y * inv * w.y;
+        v.z = v.z * inv * w.z;
+        v.w = v.w * inv * w.w;
+        *p = v;
+      };
+#pragma unroll
+      for (int k = 0; k < kNormVec; ++k) {
+        const int64_t j = threadIdx.x + k * bd;
+        if (j < n4) scale(j, pf.v[k]);
+      }
+      for (int64_t j = threadIdx.x + kNormVec * bd; j < n4; j += bd) {
+        scale(j, __ldg(reinterpret_cast<const float4*>(norm) + j));
+      }
+    }
+  }
+  __syncthreads();
 }
 
 }  // namespace flint::cuda::dev

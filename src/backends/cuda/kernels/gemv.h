@@ -8,23 +8,34 @@
 
 namespace flint::cuda {
 
-// y[b, r] = s_r * sum_k W[r, k] x[b, k] for b < num_rows; adds to y instead when `accumulate`.
-// x: [num_rows, W.in] f32 (row stride x_stride), y: [num_rows, W.out] f32 (row stride y_stride).
-// Any num_rows; 8 rows share one pass over W. W must be a single matrix (num_experts == 1).
-void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_rows,
-          const LinearRef& w, bool accumulate, cudaStream_t s);
+// An RMSNorm fused into the input of a GEMV: x is replaced by x / sqrt(mean(x^2) + eps) * weight
+// (f32 sums), as cpu::rms_norm. weight: [W.in] f32 (16-byte aligned), or null for no norm.
+struct GemvNorm {
+  const float* weight = nullptr;
+  float eps = 0.0f;
+};
 
-// y[b, r] = silu(Wg x)[b, r] * (Wu x)[b, r]: the gated half of a SwiGLU MLP (dense or shared).
+// y[b, r] = s_r * sum_k W[r, k] x'[b, k] for b < num_rows, where x' is x (or norm(x)); adds to y
+// instead when `accumulate`. x: [num_rows, W.in] f32 (row stride x_stride, 16-byte aligned rows),
+// or, with x_rows ([num_rows] int32, device), row b of x' is row x_rows[b] of x.
+// y: [num_rows, W.out] f32 (row stride y_stride). Any num_rows; 8 rows share one pass over W.
+// W must be a single matrix (num_experts == 1). Launched with PDL (common.cuh).
+void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_rows,
+          const LinearRef& w, bool accumulate, cudaStream_t s, const GemvNorm& norm = {},
+          const int32_t* x_rows = nullptr);
+
+// y[b, r] = silu(Wg x')[b, r] * (Wu x')[b, r]: the gated half of a SwiGLU MLP (dense or shared).
 void gemv_gated(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_rows,
-                const LinearRef& gate, const LinearRef& up, cudaStream_t s);
+                const LinearRef& gate, const LinearRef& up, cudaStream_t s,
+                const GemvNorm& norm = {});
 
 // Routed experts, gated half: for pair p < num_pairs, with e = expert_ids[p] and token
-// t = p / pairs_per_token: act[p, :] = silu(Wg_e x[t]) * (Wu_e x[t]).
+// t = p / pairs_per_token: act[p, :] = silu(Wg_e x'[t]) * (Wu_e x'[t]).
 // expert_ids: [num_pairs] int32 (device); x: [num_pairs / pairs_per_token, in] f32;
 // act: [num_pairs, out] f32.
 void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pairs,
                         int pairs_per_token, const int32_t* expert_ids, const LinearRef& gate,
-                        const LinearRef& up, cudaStream_t s);
+                        const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {});
 
 // Rows per pass of the small-batch kernels.
 inline constexpr int kGemvMaxRows = 8;

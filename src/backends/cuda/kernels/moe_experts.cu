@@ -1,6 +1,7 @@
-// MoE down projection + weighted combine + residual add in one pass: one warp per output row of
-// one token; its lanes walk the (slot, chunk) pairs of all that token's experts.
-// Reference: spec section 2.5 steps 5-8.   Test: tests/kernels/moe_experts_test.cu
+// MoE down projection + weighted combine + residual add in one pass: each warp computes one output
+// row of one token; its lanes walk the (slot, chunk) pairs of all that token's experts, the first
+// weight loads in flight while the activations are staged. Launched with PDL.
+// Reference: spec section 2.5 steps 5-8 (cpu::moe).   Test: tests/kernels/moe_test.cpp
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/moe_experts.h"
@@ -10,6 +11,13 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
+constexpr int kR = 1;  // output rows per warp: many light warps (see gemv_core.cuh)
+
+// Chunks in flight per lane: all of a Flint token's NVFP4 work (8 slots x 16 chunks) in one pass.
+template <DType W>
+constexpr int down_unroll() {
+  return 4;
+}
 
 template <DType W>
 __global__ void __launch_bounds__(kWarps * 32)
@@ -17,38 +25,68 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
                     LinearRef down) {
   using C = dev::Chunk<W>;
+  constexpr int U = down_unroll<W>();
   __shared__ float coef[kMaxSlots];
-  __shared__ int32_t eid[kMaxSlots];
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [slots, padded_len(in)]: this token's act rows
+  dev::pdl_launch_dependents();
+  dev::pdl_wait();  // ids, weights and act come from the router and gate/up kernels
   const int t = blockIdx.y;
-  if (threadIdx.x < slots) {
-    eid[threadIdx.x] = ids[t * slots + threadIdx.x];
-    coef[threadIdx.x] = weights[t * slots + threadIdx.x];
-  }
+  const int lane = threadIdx.x & 31;
+  const int64_t r0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kR;
+  const int chunks = static_cast<int>(down.in / C::kElems);
+  const int total = slots * chunks;
+  const int32_t* tok_ids = ids + int64_t(t) * slots;
+  // Lane work item i is chunk i % chunks of slot i / chunks.
+  C w[kR][U];
+  int64_t ebase[U];
+  auto load = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + lane + 32 * u;
+      if (i >= total) continue;
+      const int p = i / chunks;
+      ebase[u] = int64_t(__ldcg(tok_ids + p)) * down.out;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (r0 + r < down.out) w[r][u].load(down, ebase[u] + r0 + r, i - p * chunks);
+      }
+    }
+  };
+  load(0);  // the first weight loads fly while the activations are staged
+  if (threadIdx.x < slots) coef[threadIdx.x] = weights[t * slots + threadIdx.x];
   const int64_t PK = dev::padded_len(down.in);
+  const int64_t n4 = down.in / 4;
   for (int p = 0; p < slots; ++p) {
-    const float* ar = act + (int64_t(t) * slots + p) * down.in;
-    for (int64_t k = threadIdx.x; k < down.in; k += kWarps * 32)
-      xs[p * PK + dev::pad_idx(k)] = ar[k];
+    const float4* ar = reinterpret_cast<const float4*>(act + (int64_t(t) * slots + p) * down.in);
+    for (int64_t k = threadIdx.x; k < n4; k += kWarps * 32) {
+      *reinterpret_cast<float4*>(xs + p * PK + dev::pad_idx(4 * k)) = ar[k];
+    }
   }
   __syncthreads();
-  const int lane = threadIdx.x & 31;
-  const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (r >= down.out) return;
-  const int chunks = static_cast<int>(down.in / C::kElems);
-  float acc = 0.0f;
-  for (int i = lane; i < slots * chunks; i += 32) {
-    const int p = i / chunks;
-    const int c = i - p * chunks;
-    const int64_t row = int64_t(eid[p]) * down.out + r;
-    C w;
-    w.load(down, row, c);
-    const float* xp = xs + p * PK + dev::pad_idx(int64_t(c) * C::kElems);
-    acc += coef[p] * dev::row_scale(down, row) * w.dot(xp, nullptr);
+  if (r0 >= down.out) return;
+  float acc[kR] = {};
+  for (int base = 0; base < total; base += 32 * U) {
+    if (base > 0) load(base);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + lane + 32 * u;
+      if (i >= total) continue;
+      const int p = i / chunks;
+      const float* xp = xs + p * PK + dev::pad_idx(int64_t(i - p * chunks) * C::kElems);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (r0 + r >= down.out) continue;
+        const float s = coef[p] * dev::row_scale(down, ebase[u] + r0 + r);
+        acc[r] += s * w[r][u].dot(xp, nullptr);
+      }
+    }
   }
-  acc = dev::warp_sum(acc);
-  if (lane == 0) h[int64_t(t) * h_stride + r] += acc;
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    const float v = dev::warp_sum(acc[r]);
+    if (lane == r && r0 + r < down.out) h[int64_t(t) * h_stride + r0 + r] += v;
+  }
 }
 
 }  // namespace
@@ -58,26 +96,27 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
               cudaStream_t s) {
   FLINT_CHECK(slots > 0 && slots <= kMaxSlots, "moe_down: {} slots (max {})", slots, kMaxSlots);
   if (num_tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps)),
+  const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
                   static_cast<unsigned>(num_tokens));
   const size_t smem = size_t(slots) * dev::padded_len(down.in) * sizeof(float);
   FLINT_CHECK(smem <= 48 * 1024, "moe_down: {} slots of {} do not fit in shared memory", slots,
               down.in);
+  FLINT_CHECK(reinterpret_cast<uintptr_t>(act) % 16 == 0, "moe_down: unaligned act");
   switch (down.dtype) {
     case DType::kBF16:
       FLINT_CHECK(down.in % 8 == 0, "moe_down: in {} % 8", down.in);
-      moe_down_kernel<DType::kBF16>
-          <<<grid, kWarps * 32, smem, s>>>(h, h_stride, act, ids, weights, slots, down);
+      launch_pdl(moe_down_kernel<DType::kBF16>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act,
+                 ids, weights, slots, down);
       break;
     case DType::kNVFP4:
       FLINT_CHECK(down.in % 64 == 0, "moe_down: in {} % 64", down.in);
-      moe_down_kernel<DType::kNVFP4>
-          <<<grid, kWarps * 32, smem, s>>>(h, h_stride, act, ids, weights, slots, down);
+      launch_pdl(moe_down_kernel<DType::kNVFP4>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act,
+                 ids, weights, slots, down);
       break;
     case DType::kF32:
       FLINT_CHECK(down.in % 4 == 0, "moe_down: in {} % 4", down.in);
-      moe_down_kernel<DType::kF32>
-          <<<grid, kWarps * 32, smem, s>>>(h, h_stride, act, ids, weights, slots, down);
+      launch_pdl(moe_down_kernel<DType::kF32>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act,
+                 ids, weights, slots, down);
       break;
     default:
       FLINT_FAIL("moe_down: unsupported weight dtype {}", down.dtype);

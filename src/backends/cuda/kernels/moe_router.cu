@@ -1,36 +1,44 @@
-// Sigmoid top-k router: one warp per token, scores in shared memory.
-// Reference: spec section 2.5 (tests/kernels/reference.h)   Test: tests/kernels/moe_router_test.cu
+// Fused MoE router: the router GEMV (gemv_core.cuh, RMSNorm fused into its input), then the last
+// block to finish picks the sigmoid top-k of every token, one warp per token.
+// Reference: cpu::route (spec section 2.5).   Test: tests/kernels/moe_test.cpp
+#include <algorithm>
 #include <cfloat>
 
-#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/gemv_core.cuh"
 #include "backends/cuda/kernels/moe_router.h"
 
 namespace flint::cuda {
 namespace {
 
-__global__ void moe_router_kernel(int32_t* __restrict__ ids,         // [num_tokens, slots]
-                                  float* __restrict__ weights,       // [num_tokens, slots]
-                                  const float* __restrict__ logits,  // [num_tokens, E]
-                                  const float* __restrict__ bias,    // [E] or null
-                                  MoeRouting r) {
-  extern __shared__ float smem[];
-  float* score = smem;                // [E] sigmoid scores
-  float* key = smem + r.num_experts;  // [E] selection keys (score + bias), -inf once taken
-  const int t = blockIdx.x;
-  const int lane = threadIdx.x;
-  const int E = r.num_experts;
-  const float* lg = logits + int64_t(t) * E;
+constexpr int kR = 1;  // one router row per warp: the router is short (E rows), so more blocks
+constexpr int64_t kMaxSmemBytes = 200 * 1024;
+
+struct RouteArgs {
+  dev::GemvArgs g;  // y = logits [num_tokens, E]
+  int32_t* ids;
+  float* weights;
+  const float* bias;
+  int32_t* counter;
+  MoeRouting r;
+};
+
+// Top-k of one token by one warp; score/key: [E] shared scratch of this warp.
+__device__ void top_k_token(const RouteArgs& a, int t, float* score, float* key) {
+  const int lane = threadIdx.x & 31;
+  const int E = a.r.num_experts;
+  const float* lg = a.g.y + int64_t(t) * a.g.y_stride;
   for (int e = lane; e < E; e += 32) {
-    const float sc = 1.0f / (1.0f + expf(-lg[e]));
+    const float sc = 1.0f / (1.0f + expf(-__ldcg(lg + e)));  // L2: other blocks wrote it
     score[e] = sc;
-    const float kv = bias != nullptr ? sc + bias[e] : sc;
+    const float kv = a.bias != nullptr ? sc + a.bias[e] : sc;
     key[e] = isnan(kv) ? -FLT_MAX : kv;  // a NaN score still yields k valid, distinct experts
   }
   __syncwarp();
+  const int slots = a.r.top_k + a.r.num_shared_slots;
+  int32_t* out_ids = a.ids + int64_t(t) * slots;
+  float* out_w = a.weights + int64_t(t) * slots;
   float picked_sum = 0.0f;
-  int32_t* out_ids = ids + int64_t(t) * (r.top_k + r.num_shared_slots);
-  float* out_w = weights + int64_t(t) * (r.top_k + r.num_shared_slots);
-  for (int k = 0; k < r.top_k; ++k) {
+  for (int k = 0; k < a.r.top_k; ++k) {
     float best = -INFINITY;
     int best_e = E;
     for (int e = lane; e < E; e += 32) {
@@ -58,12 +66,84 @@ __global__ void moe_router_kernel(int32_t* __restrict__ ids,         // [num_tok
     __syncwarp();
   }
   if (lane == 0) {
-    const float norm = r.norm_topk_prob ? 1.0f / picked_sum : 1.0f;
-    for (int k = 0; k < r.top_k; ++k) out_w[k] *= norm * r.routed_scaling_factor;
-    for (int j = 0; j < r.num_shared_slots; ++j) {
-      out_ids[r.top_k + j] = E + j;
-      out_w[r.top_k + j] = 1.0f;
+    const float norm = a.r.norm_topk_prob ? 1.0f / picked_sum : 1.0f;
+    for (int k = 0; k < a.r.top_k; ++k) out_w[k] *= norm * a.r.routed_scaling_factor;
+    for (int j = 0; j < a.r.num_shared_slots; ++j) {
+      out_ids[a.r.top_k + j] = E + j;
+      out_w[a.r.top_k + j] = 1.0f;
     }
+  }
+}
+
+template <DType W, int NB>
+__global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs a) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  __shared__ bool last;
+  dev::pdl_launch_dependents();
+  dev::gemv_block<W, NB, false, kR>(a.g, smem);
+  // Publish this block's logits, then count it; the last block sees every block's logits.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(a.counter, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int warp = threadIdx.x >> 5, E = a.r.num_experts;
+  float* score = smem + int64_t(warp) * 2 * E;
+  for (int t = warp; t < a.g.num_rows; t += dev::kGemvWarps) {
+    top_k_token(a, t, score, score + E);
+  }
+  if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch
+}
+
+// Top-k only, over logits computed elsewhere: one warp per token.
+__global__ void moe_router_kernel(RouteArgs a) {
+  extern __shared__ float4 smem4[];
+  float* score = reinterpret_cast<float*>(smem4);
+  top_k_token(a, blockIdx.x, score, score + a.r.num_experts);
+}
+
+template <DType W, int NB>
+void launch_nb(const RouteArgs& a, int groups, cudaStream_t s) {
+  const size_t smem = std::max<size_t>(NB * dev::padded_len(a.g.a.in),
+                                       size_t(dev::kGemvWarps) * 2 * a.r.num_experts) *
+                      sizeof(float);
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel<W, NB>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "moe_route: {} bytes of shared memory", smem);
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.g.a.out, dev::kGemvWarps * kR)),
+                  static_cast<unsigned>(groups));
+  launch_pdl(moe_route_kernel<W, NB>, grid, dim3(dev::kGemvThreads), smem, s, a);
+}
+
+template <DType W>
+void launch_w(const RouteArgs& a, cudaStream_t s) {
+  const int n = a.g.num_rows;
+  // Up to 8 token rows per block, fewer when they would not fit in shared memory.
+  int nb = n >= 8 ? 8 : n > 2 ? 4 : n;
+  while (nb > 1 && nb * dev::padded_len(a.g.a.in) * int64_t(sizeof(float)) > kMaxSmemBytes) nb /= 2;
+  const int groups = static_cast<int>(ceil_div(n, nb));
+  switch (nb) {
+    case 1:
+      launch_nb<W, 1>(a, groups, s);
+      break;
+    case 2:
+      launch_nb<W, 2>(a, groups, s);
+      break;
+    case 4:
+      launch_nb<W, 4>(a, groups, s);
+      break;
+    default:
+      launch_nb<W, 8>(a, groups, s);
+      break;
   }
 }
 
@@ -74,8 +154,63 @@ void moe_router(int32_t* ids, float* weights, const float* logits, const float* 
   FLINT_CHECK(r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts,
               "moe_router: top_k {} of {} experts", r.top_k, r.num_experts);
   if (num_tokens == 0) return;
+  RouteArgs a{};
+  a.g.y = const_cast<float*>(logits);
+  a.g.y_stride = r.num_experts;
+  a.ids = ids;
+  a.weights = weights;
+  a.bias = bias;
+  a.r = r;
   const size_t smem = 2 * sizeof(float) * r.num_experts;
-  moe_router_kernel<<<num_tokens, 32, smem, s>>>(ids, weights, logits, bias, r);
+  moe_router_kernel<<<num_tokens, 32, smem, s>>>(a);
+  FLINT_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, int num_tokens,
+               const LinearRef& router, const GemvNorm& norm, const float* bias,
+               const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s) {
+  FLINT_CHECK(r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts &&
+                  router.out == r.num_experts && router.num_experts == 1,
+              "moe_route: top_k {} of {} experts, router [{}, {}]", r.top_k, r.num_experts,
+              router.out, router.in);
+  FLINT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0 &&
+                  scratch.logits != nullptr && scratch.counter != nullptr,
+              "moe_route: unaligned activations or missing scratch");
+  if (num_tokens == 0) return;
+  RouteArgs a{dev::GemvArgs{router,
+                            {},
+                            x,
+                            x_stride,
+                            nullptr,
+                            norm.weight,
+                            norm.eps,
+                            scratch.logits,
+                            r.num_experts,
+                            num_tokens,
+                            1,
+                            nullptr,
+                            false},
+              ids,
+              weights,
+              bias,
+              scratch.counter,
+              r};
+  switch (router.dtype) {
+    case DType::kF32:
+      FLINT_CHECK(router.in % 4 == 0, "moe_route: in {} % 4", router.in);
+      launch_w<DType::kF32>(a, s);
+      break;
+    case DType::kBF16:
+      FLINT_CHECK(router.in % 8 == 0, "moe_route: in {} % 8", router.in);
+      launch_w<DType::kBF16>(a, s);
+      break;
+    case DType::kNVFP4:
+      FLINT_CHECK(router.in % 64 == 0 && router.sc != nullptr, "moe_route: in {} % 64", router.in);
+      launch_w<DType::kNVFP4>(a, s);
+      break;
+    default:
+      FLINT_FAIL("moe_route: unsupported router dtype {}", router.dtype);
+  }
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,10 +1,14 @@
-// MoE routing on the GPU: sigmoid scores, top-k, normalised weights, plus the shared expert's
-// always-on slots. Reference: spec section 2.5. Test: tests/kernels/moe_router_test.cu
+// MoE routing on the GPU in one launch: the router GEMV over the RMS-normalised hidden state,
+// sigmoid scores, top-k, normalised weights, plus the shared expert's always-on slots.
+// Reference: cpu::route (spec section 2.5).   Test: tests/kernels/moe_test.cpp
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/linear_ref.h"
 
 namespace flint::cuda {
 
@@ -17,12 +21,27 @@ struct MoeRouting {
   int slots() const { return top_k + num_shared_slots; }
 };
 
-// For each token row t: s = sigmoid(logits[t]); picks the top_k experts by s (+ bias when given;
-// ties go to the lower id); weight = s (unbiased), divided by the sum of the picked s when
-// norm_topk_prob, times routed_scaling_factor. Then num_shared_slots slots with ids E.. and
-// weight 1. logits: [num_tokens, E] f32; bias: [E] f32 or null; ids: [num_tokens, slots] int32;
-// weights: [num_tokens, slots] f32.
+// Top-k only, for logits computed elsewhere: for each token row t, s = sigmoid(logits[t]), then
+// ids and weights as moe_route below. logits: [num_tokens, E] f32.
 void moe_router(int32_t* ids, float* weights, const float* logits, const float* bias,
                 int num_tokens, const MoeRouting& r, cudaStream_t s);
+
+// Scratch of moe_route: logits [num_tokens, E] f32 and one int32 counter that must be zero before
+// the first launch (the kernel leaves it zero again).
+struct MoeRouteScratch {
+  float* logits = nullptr;
+  int32_t* counter = nullptr;
+};
+
+// For each token row t: l = router · norm(x[t]) (norm as GemvNorm; none when norm.weight is null),
+// s = sigmoid(l); picks the top_k experts by s (+ bias when given; ties go to the lower id);
+// weight = s (unbiased), divided by the sum of the picked s when norm_topk_prob, times
+// routed_scaling_factor. Then num_shared_slots slots with ids E.. and weight 1.
+// x: [num_tokens, router.in] f32 (row stride x_stride); bias: [E] f32 or null;
+// ids: [num_tokens, slots] int32; weights: [num_tokens, slots] f32. The blocks compute the logits;
+// the last block to finish (an atomic counter) does the top-k, so it is one kernel.
+void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, int num_tokens,
+               const LinearRef& router, const GemvNorm& norm, const float* bias,
+               const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s);
 
 }  // namespace flint::cuda

@@ -1,0 +1,158 @@
+// The block body of the small-batch GEMV kernels (gemv.cu, moe_router.cu): R output rows per warp,
+// a few 16-byte weight loads in flight per lane, weights for rows known up front loaded before
+// the PDL wait, activations staged (and optionally RMS-normalised) in shared memory.
+// Test: tests/kernels/gemv_test.cpp, tests/kernels/moe_test.cpp
+#pragma once
+
+#include "backends/cuda/kernels/common.cuh"
+
+namespace flint::cuda::dev {
+
+inline constexpr int kGemvWarps = 8;
+inline constexpr int kGemvThreads = kGemvWarps * 32;
+
+struct GemvArgs {
+  LinearRef a, b;  // b is used by the gated kernel only
+  const float* x;
+  int64_t x_stride;
+  const int32_t* x_rows;  // dense mode: activation row i is x_rows[i] (gathered) when non-null
+  const float* norm;      // [in] RMSNorm weight applied to each staged row, or null
+  float eps;
+  float* y;
+  int64_t y_stride;
+  int num_rows;               // activation rows in total (dense mode)
+  int pairs_per_token;        // expert mode: x row of group g is g / pairs_per_token
+  const int32_t* expert_ids;  // expert mode when non-null; then group == pair, one row per block
+  bool accumulate;
+};
+
+// Weight chunks a lane loads per pass, per row and matrix: two NVFP4 chunks (a 2048-wide row in
+// one pass, all fetched before the PDL wait) or four 16-byte BF16/F32 chunks; half that for the
+// gated kernels, which load two matrices. Kept small on purpose: at batch 1 the kernel needs many
+// resident warps (few registers) more than deep per-lane queues. A version with 2-4 rows per warp
+// and ~8 loads per lane (120-255 registers) made the whole step slower on the H200.
+template <DType W, bool kGated, int R>
+constexpr int gemv_unroll() {
+  return (W == DType::kNVFP4 ? 2 : 4) / (kGated ? 2 : 1);
+}
+
+// Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
+// the block must call it (it synchronises); it performs the PDL wait itself.
+template <DType W, int NB, bool kGated, int R>
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
+  using C = Chunk<W>;
+  constexpr int U = gemv_unroll<W, kGated, R>();
+  const int lane = threadIdx.x & 31;
+  const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
+  const int g = blockIdx.y;
+  const bool expert = args.expert_ids != nullptr;
+  const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
+  C wa[R][U], wb[R][U];
+  int64_t row[R];
+  auto load = [&](int64_t base) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r >= out) continue;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = base + lane + 32 * u;
+        if (c < nc) {
+          wa[r][u].load(args.a, row[r], c);
+          if constexpr (kGated) wb[r][u].load(args.b, row[r], c);
+        }
+      }
+    }
+  };
+  NormPrefetch pf;
+  prefetch_norm(pf, args.norm, K);
+  if (!expert) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) row[r] = r0 + r;
+    load(0);  // weights do not depend on earlier kernels: fetch them before the wait
+  }
+  pdl_wait();
+  int64_t xrow[NB];
+  int nb;
+  int64_t y_row0;
+  if (expert) {
+    const int64_t e = args.expert_ids[g];
+#pragma unroll
+    for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
+    load(0);
+    xrow[0] = g / args.pairs_per_token;
+    nb = 1;
+    y_row0 = g;
+  } else {
+    y_row0 = int64_t(g) * NB;
+    nb = min(NB, args.num_rows - g * NB);
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      xrow[i] = 0;
+      if (i < nb) xrow[i] = args.x_rows != nullptr ? args.x_rows[y_row0 + i] : y_row0 + i;
+    }
+  }
+  stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf, args.eps);
+  float acc_a[R][NB], acc_b[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int i = 0; i < NB; ++i) acc_a[r][i] = acc_b[r][i] = 0.0f;
+  }
+  for (int64_t base = 0; base < nc; base += 32 * U) {
+    if (base > 0) load(base);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + lane + 32 * u;
+      if (c >= nc) continue;
+      const int64_t xo = pad_idx(c * C::kElems);
+      if constexpr (NB < 4) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int i = 0; i < NB; ++i) {
+            if (i >= nb) continue;
+            acc_a[r][i] += wa[r][u].dot(xs + i * PK + xo, nullptr);
+            if constexpr (kGated) acc_b[r][i] += wb[r][u].dot(xs + i * PK + xo, nullptr);
+          }
+        }
+      } else {
+        // Decode each weight chunk once and reuse it for every activation row (the kernel is
+        // bound by instructions at 4-8 rows).
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float wf[C::kElems];
+          wa[r][u].decode(wf);
+#pragma unroll
+          for (int i = 0; i < NB; ++i) {
+            if (i < nb) acc_a[r][i] += dot_decoded(wf, xs + i * PK + xo);
+          }
+          if constexpr (kGated) {
+            wb[r][u].decode(wf);
+#pragma unroll
+            for (int i = 0; i < NB; ++i) {
+              if (i < nb) acc_b[r][i] += dot_decoded(wf, xs + i * PK + xo);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r0 + r >= out) continue;
+    const float sa = row_scale(args.a, row[r]);
+    const float sb = kGated ? row_scale(args.b, row[r]) : 1.0f;
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+      const float va = warp_sum(acc_a[r][i]) * sa;
+      float v = va;
+      if constexpr (kGated) v = silu(va) * (warp_sum(acc_b[r][i]) * sb);
+      if (lane == i && i < nb) {
+        float* yp = args.y + (y_row0 + i) * args.y_stride + r0 + r;
+        *yp = args.accumulate ? *yp + v : v;
+      }
+    }
+  }
+}
+
+}  // namespace flint::cuda::dev

@@ -1,0 +1,146 @@
+// The fused MoE router (RMSNorm + router GEMV + sigmoid top-k in one launch) against cpu::route,
+// and the whole small-batch MoE block (router, gated experts incl. the shared slices, down +
+// combine + residual) against cpu::moe, at awkward sizes and 1..11 tokens.
+#include "backends/cpu/ops/moe.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/ops/rms_norm.h"
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/moe_experts.h"
+#include "backends/cuda/kernels/moe_router.h"
+#include "backends/cuda/weights.h"
+#include "core/thread_pool.h"
+#include "tests/kernels/gpu_test_util.h"
+#include "tests/unit/cpu/tiny_model.h"
+
+namespace flint::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::random_floats;
+
+std::vector<float> normed(const std::vector<float>& x, const float* w, int rows, int64_t cols,
+                          float eps) {
+  std::vector<float> y(x.size());
+  cpu::rms_norm(y.data(), x.data(), w, rows, cols, eps);
+  return y;
+}
+
+TEST(MoeRoute, MatchesCpuRouteAfterRmsNorm) {
+  FLINT_REQUIRE_GPU();
+  const int64_t E = 77, d = 776, k = 5;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (bool bias : {false, true}) {
+      for (int T : {1, 3, 8, 11}) {
+        SCOPED_TRACE(fmt::format("dtype={} bias={} tokens={}", dt, bias, T));
+        auto wf = random_floats(E * d, 40 + T, -0.5f, 0.5f);
+        std::vector<uint8_t> wb(dtype_bytes_for(dt, E * d));
+        if (dt == DType::kF32) {
+          std::memcpy(wb.data(), wf.data(), wb.size());
+        } else {
+          for (int64_t i = 0; i < E * d; ++i) {
+            const uint16_t h = f32_to_bf16(wf[i]);
+            std::memcpy(&wb[2 * i], &h, 2);
+          }
+        }
+        const auto bv = random_floats(E, 9, -0.3f, 0.3f);
+        model::LayerWeights lw;
+        lw.router = model::Linear{ConstTensorView(wb.data(), dt, {E, d}), 1.0f};
+        if (bias) lw.expert_bias = ConstTensorView(bv.data(), DType::kF32, {E});
+        model::FlintConfig cfg;
+        cfg.num_experts = E;
+        cfg.num_experts_per_tok = k;
+        cfg.norm_topk_prob = !bias;
+        cfg.routed_scaling_factor = bias ? 2.5f : 1.0f;
+        const auto x = random_floats(T * d, 3 + T, -2, 2);
+        const auto nw = random_floats(d, 4, 0.5f, 1.5f);
+        ThreadPool pool(2);
+        const cpu::Routing want =
+            cpu::route(normed(x, nw.data(), T, d, 1e-5f).data(), T, lw, cfg, pool);
+
+        DeviceWeights owner;
+        auto ref = owner.add_linear(lw.router, nullptr);
+        ASSERT_TRUE(ref.has_value());
+        DeviceArray<float> dx(x), dnw(nw), dbias(bv), logits(T * E), rw(T * (k + 2));
+        DeviceArray<int32_t> ids(T * (k + 2)), counter(std::vector<int32_t>{0});
+        MoeRouting r{static_cast<int>(E), static_cast<int>(k), 2, cfg.norm_topk_prob,
+                     cfg.routed_scaling_factor};
+        for (int rep = 0; rep < 2; ++rep) {  // the second launch checks the counter reset
+          moe_route(ids.get(), rw.get(), dx.get(), d, T, *ref, GemvNorm{dnw.get(), 1e-5f},
+                    bias ? dbias.get() : nullptr, r, MoeRouteScratch{logits.get(), counter.get()},
+                    nullptr);
+          const auto gi = ids.to_host();
+          const auto gw = rw.to_host();
+          for (int t = 0; t < T; ++t) {
+            for (int j = 0; j < k; ++j) {
+              EXPECT_EQ(gi[t * (k + 2) + j], want.expert_ids[t * k + j]) << "token " << t;
+              EXPECT_NEAR(gw[t * (k + 2) + j], want.weights[t * k + j], 1e-5);
+            }
+            EXPECT_EQ(gi[t * (k + 2) + k], E);
+            EXPECT_EQ(gi[t * (k + 2) + k + 1], E + 1);
+            EXPECT_EQ(gw[t * (k + 2) + k + 1], 1.0f);
+          }
+          EXPECT_EQ(counter.to_host()[0], 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeExperts, BlockMatchesCpuMoe) {
+  FLINT_REQUIRE_GPU();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
+    cpu::testing::TinyOptions o;
+    o.num_layers = 1;
+    o.num_dense = 0;
+    o.hidden_size = 192;
+    o.num_heads = 2;
+    o.num_kv_heads = 1;
+    o.head_dim = 64;
+    o.moe_intermediate_size = 64;
+    o.shared_intermediate_size = 128;  // two slices of the routed size
+    o.num_experts = 13;
+    o.num_experts_per_tok = 3;
+    o.expert_bias = true;
+    o.linear_dtype = dt;
+    o.seed = 17;
+    const auto m = cpu::testing::make_tiny_model(o);
+    const model::FlintConfig& c = m.weights.config;
+    const model::LayerWeights& lw = m.weights.layers[0];
+    auto dw = DeviceWeights::upload(m.weights, nullptr);
+    ASSERT_TRUE(dw.has_value()) << dw.error().message;
+    const DeviceLayer& L = dw->layers()[0];
+    ASSERT_FALSE(L.has_separate_shared);
+    const int slots = static_cast<int>(c.num_experts_per_tok) + dw->num_shared_slots();
+    ASSERT_EQ(slots, 5);
+    const int64_t d = c.hidden_size, I = c.moe_intermediate_size;
+    for (int T : {1, 2, 7, 8, 11}) {
+      SCOPED_TRACE(fmt::format("dtype={} tokens={}", dt, T));
+      const auto h = random_floats(T * d, 100 + T, -1.5f, 1.5f);
+      ThreadPool pool(2);
+      const auto xn = normed(h, lw.ffn_norm.data<float>(), T, d, c.rms_norm_eps);
+      std::vector<float> want(T * d);
+      cpu::moe(want.data(), xn.data(), T, lw, c, pool);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += h[i];
+
+      DeviceArray<float> dh(h), logits(T * c.num_experts), rw(T * slots), act(T * slots * I);
+      DeviceArray<int32_t> ids(T * slots), counter(std::vector<int32_t>{0});
+      const GemvNorm norm{L.ffn_norm, c.rms_norm_eps};
+      MoeRouting r{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
+                   dw->num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+      moe_route(ids.get(), rw.get(), dh.get(), d, T, L.router, norm, L.expert_bias, r,
+                MoeRouteScratch{logits.get(), counter.get()}, nullptr);
+      gemv_gated_experts(act.get(), dh.get(), d, T * slots, slots, ids.get(), L.exp_gate, L.exp_up,
+                         nullptr, norm);
+      moe_down(dh.get(), d, act.get(), ids.get(), rw.get(), T, slots, L.exp_down, nullptr);
+      EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 1e-4, 1e-4), 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flint::cuda
