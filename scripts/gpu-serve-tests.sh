@@ -53,11 +53,11 @@ export LD_LIBRARY_PATH="$fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # business (its compiler); the image's newer g++ must not stop this run over a new one.
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLINT_CUDA=ON -DFLINT_WERROR=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$prefix/usr" \
-  -DFLINT_PYTHON="$(command -v python3)" > "$out/configure.log" 2>&1 || {
-  tail -40 "$out/configure.log"; exit 1; }
-grep "flint:" "$out/configure.log"
-grep -q "server ON" "$out/configure.log" || { say "the server layer is off"; exit 1; }
-cmake --build "$build" -j "$(nproc)" --target flint cuda_tests > "$out/build.log" 2>&1 || {
+  -DFLINT_PYTHON="$(command -v python3)" > "$out/build.log" 2>&1 || {
+  tail -40 "$out/build.log"; exit 1; }
+grep "flint:" "$out/build.log"
+grep -q "server ON" "$out/build.log" || { say "the server layer is off"; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target flint cuda_tests >> "$out/build.log" 2>&1 || {
   grep -E "error|FAILED|undefined" "$out/build.log" | head -40; exit 1; }
 flint="$root/$build/src/cli/flint"
 "$build/tests/cuda_tests" > "$out/cuda_tests.log" 2>&1
@@ -68,14 +68,19 @@ say "cuda_tests: $(grep -E "PASSED|FAILED" "$out/cuda_tests.log" | tr '\n' ' ')"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site "$whl"/*.whl || { say "wheels did not install"; exit 1; }
 export PYTHONPATH="/tmp/site:$root/tests"
-[[ -f "$debs/GLM-4.7.jinja" ]] && export FLINT_CHAT_TEMPLATE="$debs/GLM-4.7.jinja"
+# The tiny test models embed the GLM-4.7 chat template (tests/support/tiny_flint.py).
+for t in "$debs/GLM-4.7.jinja" "$debs/../GLM-4.7.jinja"; do
+  [[ -f "$t" ]] && export FLINT_CHAT_TEMPLATE="$(realpath "$t")"
+done
+[[ -n "${FLINT_CHAT_TEMPLATE:-}" ]] || say "no GLM-4.7.jinja beside the packages: tiny models fail"
 
 # 4. flint generate, greedy, on the GPU and on the CPU (both with a bf16 KV cache).
 for d in cuda cpu; do
+  echo "== --device $d"
   timeout 30 "$flint" generate models/flint-nano --prompt "Once upon a time" --max-tokens 48 \
-    --temperature 0 --ignore-eos --kv-dtype bf16 --device "$d" > "$out/generate-$d.txt" 2>&1
-done
-grep -h -E "device:|generated ids|tokens/s" "$out"/generate-*.txt
+    --temperature 0 --ignore-eos --kv-dtype bf16 --device "$d" 2>&1
+done > "$out/generate.txt"
+grep -h -E "==|device:|generated ids|tokens/s|error" "$out/generate.txt"
 
 # 5. The OpenAI API tests against `flint serve --device cuda`.
 export FLINT_BIN="$flint" FLINT_SOURCE_DIR="$root" FLINT_BUILD_DIR="$root/$build"
@@ -89,6 +94,8 @@ timeout "$left" python3 -m pytest -q -p no:cacheprovider -rfE \
   --basetemp=/tmp/pyt tests/python/server "$@" > "$out/pytest.log" 2>&1
 rc=$?
 find /tmp/pyt -name 'serve-*.log' | tar czf "$out/serve-logs.tgz" -T - 2> /dev/null
+grep -h -E "device: cuda|gpu memory|gpu: weights|KV pages" /tmp/pyt/*/serve-*.log | cut -c25- |
+  sort | uniq | head -12
 grep -E "passed|failed|error" "$out/pytest.log" | tail -3
 grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20
 exit $rc

@@ -394,9 +394,11 @@ int serve(ServeArgs a) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server (vLLM's flags)");
   auto a = std::make_shared<ServeArgs>();
-  cmd->add_option("model", a->model,
-                  "HF directory or .gguf file (default: the bundled models/flint-nano)");
-  cmd->add_option("--model", a->model, "same as the positional MODEL");
+  // One option with both names: newer CLI11 (2.4, the GPU image's) rejects a positional "model"
+  // beside a separate "--model" as the same name added twice.
+  cmd->add_option("model,--model", a->model,
+                  "HF directory or .gguf file, positional or --model (default: the bundled "
+                  "models/flint-nano)");
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--served-model-name", a->served_model_names,

@@ -18,6 +18,17 @@ double gib(int64_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
 
 int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The profiling step's tokens and sequences: as the engine packs its largest step, no sequence
+// longer than max_model_len (so with few sequences, fewer tokens than the budget).
+std::pair<int, int> profile_split(const ProfileShape& shape) {
+  int tokens = std::max(shape.num_tokens, 1);
+  const int seqs = std::clamp(shape.num_seqs, 1, tokens);
+  if (shape.max_model_len > 0) {
+    tokens = static_cast<int>(std::min<int64_t>(tokens, int64_t(seqs) * shape.max_model_len));
+  }
+  return {tokens, seqs};
+}
+
 // Free device memory now; 0 when the runtime does not answer.
 int64_t free_now() { return static_cast<int64_t>(device_memory_info().first); }
 
@@ -144,8 +155,7 @@ Result<GpuInfo> gpu_info() {
 }
 
 model::StepInput profile_step(const model::FlintConfig& c, const ProfileShape& shape) {
-  const int T = std::max(shape.num_tokens, 1);
-  const int S = std::clamp(shape.num_seqs, 1, T);
+  const auto [T, S] = profile_split(shape);
   const int64_t page = std::max(shape.page_size, 1);
   const int longest = (T + S - 1) / S;
   const int64_t pages_used = ceil_div64(longest, page);
@@ -174,8 +184,7 @@ model::StepInput profile_step(const model::FlintConfig& c, const ProfileShape& s
 
 model::KvCacheSpec profile_kv_spec(const model::FlintConfig& c, const ProfileShape& shape) {
   (void)c;
-  const int T = std::max(shape.num_tokens, 1);
-  const int S = std::clamp(shape.num_seqs, 1, T);
+  const auto [T, S] = profile_split(shape);
   model::KvCacheSpec spec;
   spec.page_size = std::max(shape.page_size, 1);
   spec.num_pages = ceil_div64((T + S - 1) / S, spec.page_size);

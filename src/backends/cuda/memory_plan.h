@@ -82,8 +82,9 @@ struct ProfileShape {
   int max_model_len = 0;  // sizes the block table as the engine does
   int page_size = 16;
 };
-// The step itself: min(num_seqs, num_tokens) fresh prefills sharing pages and ring 0, logits for
-// every token plus each sequence's last (prompt logprobs' worst case). Also its minimal KV cache.
+// The step itself: min(num_seqs, num_tokens) fresh prefills, none longer than max_model_len,
+// sharing pages and ring 0, with logits for every token plus each sequence's last (prompt
+// logprobs' worst case). Also its minimal KV cache.
 model::StepInput profile_step(const model::FlintConfig& config, const ProfileShape& shape);
 model::KvCacheSpec profile_kv_spec(const model::FlintConfig& config, const ProfileShape& shape);
 

@@ -174,7 +174,7 @@ TEST(ProfileStep, IsAValidStepOnItsMinimalKvCache) {
   const model::FlintConfig c = small_config();
   auto w = model::FlintWeights::dummy(c, DType::kBF16, 1);
   ASSERT_TRUE(w.has_value()) << w.error().message;
-  for (auto [tokens, seqs] : {std::pair{1, 1}, {7, 3}, {129, 256}, {50, 1}}) {
+  for (auto [tokens, seqs] : {std::pair{1, 1}, {7, 3}, {129, 256}, {50, 1}, {700, 2}}) {
     SCOPED_TRACE(fmt::format("tokens={} seqs={}", tokens, seqs));
     ProfileShape shape;
     shape.num_tokens = tokens;
@@ -182,10 +182,11 @@ TEST(ProfileStep, IsAValidStepOnItsMinimalKvCache) {
     shape.max_model_len = 300;
     const model::StepInput st = profile_step(c, shape);
     const int S = std::min(tokens, seqs);
-    EXPECT_EQ(st.num_tokens(), tokens);
+    const int T = std::min(tokens, S * 300);  // no sequence longer than max_model_len
+    EXPECT_EQ(st.num_tokens(), T);
     EXPECT_EQ(st.num_seqs(), S);
     EXPECT_EQ(st.max_blocks_per_seq, 19);  // ceil(300 / 16)
-    EXPECT_EQ(st.logits_indices.size(), size_t(tokens + S));
+    EXPECT_EQ(st.logits_indices.size(), size_t(T + S));
     model::KvCacheSpec kv = profile_kv_spec(c, shape);
     EXPECT_EQ(kv.num_rings, 1);
     cpu::CpuBackend cpu(*w, 1);
