@@ -2,12 +2,17 @@
 # The GPU machine's one call: configure and build the CUDA targets, run every GPU test
 # (`ctest -L gpu`), then `flint bench --load-format dummy`. Logs go to $OUT (or ./gpu-out).
 # Usage: scripts/gpu.sh [tests|bench|all] [extra bench args...]
+#        scripts/gpu.sh serve-tests [pytest args...]: `flint serve --device cuda` under the OpenAI API
+#        tests (tests/python/server), with the packages scripts/gpu-deps.sh fetched (see there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 shift || true
 out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
+if [[ "$what" == serve-tests ]]; then
+  exec scripts/gpu-serve-tests.sh "$@"
+fi
 build=build-gpu
 jobs="$(nproc)"
 {

@@ -1,5 +1,5 @@
-// `flint generate MODEL`: one prompt through the CPU backend, text streamed to stdout, prompt and
-// decode speed to stderr. Test: tests/python/cpu/test_generate.py.
+// `flint generate MODEL`: one prompt through the CPU or CUDA backend (--device), text streamed to
+// stdout, prompt and decode speed to stderr. Test: tests/python/cpu/test_generate.py.
 // Needs the tokenizer and engine layers (absent on the GPU image): empty without them.
 #ifdef FLINT_HAVE_TOKENIZER
 #include <spdlog/spdlog.h>
@@ -23,6 +23,10 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
+#ifdef FLINT_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
+
 namespace flint::cli {
 namespace {
 
@@ -38,7 +42,8 @@ struct GenerateArgs {
   uint64_t seed = 0;
   int max_tokens = 64;
   int threads = 0;
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "auto";
+  std::string device = "auto";
   std::string dump_logits;
   bool ignore_eos = false;
 };
@@ -73,6 +78,21 @@ Result<std::vector<int32_t>> prompt_tokens(const GenerateArgs& a, const tokenize
   ctx["add_generation_prompt"] = true;
   FLINT_ASSIGN_OR_RETURN(std::string text, tmpl.render(ctx));
   return tok.encode(text, /*add_special_tokens=*/false);
+}
+
+Result<std::unique_ptr<model::Backend>> make_backend(Device device,
+                                                     const model::FlintWeights& weights,
+                                                     int threads) {
+  if (device == Device::kCpu) {
+    return std::unique_ptr<model::Backend>(std::make_unique<cpu::CpuBackend>(weights, threads));
+  }
+#ifdef FLINT_HAVE_CUDA
+  auto b = cuda::CudaBackend::create(weights);
+  if (!b) return b.error().with_context("generate: cuda backend");
+  return std::unique_ptr<model::Backend>(std::move(*b));
+#else
+  return make_error(ErrorCode::kUnsupported, "generate: this flint was built without CUDA");
+#endif
 }
 
 Status generate(const GenerateArgs& args) {
@@ -126,16 +146,22 @@ Status generate(const GenerateArgs& args) {
   eos.insert(eos.end(), cfg.generation.eos_token_ids.begin(), cfg.generation.eos_token_ids.end());
   if (auto e = tok->eos_id()) eos.push_back(*e);
 
-  DType kv = DType::kF32;
+  FLINT_ASSIGN_OR_RETURN(Device device, resolve_device(a.device));
+  // auto: exact f32 on the CPU; the CUDA backend keeps bf16 only.
+  DType kv = device == Device::kCuda ? DType::kBF16 : DType::kF32;
   if (a.kv_dtype == "bf16") {
     kv = DType::kBF16;
-  } else if (a.kv_dtype != "f32") {
+  } else if (a.kv_dtype == "f32" && device == Device::kCuda) {
+    return make_error(ErrorCode::kUnsupported,
+                      "generate: --kv-dtype f32 is CPU only (the CUDA KV cache is bf16)");
+  } else if (a.kv_dtype != "f32" && a.kv_dtype != "auto") {
     return make_error(ErrorCode::kInvalidArgument,
-                      "generate: --kv-dtype must be f32 or bf16, got '{}'", a.kv_dtype);
+                      "generate: --kv-dtype must be auto, f32 or bf16, got '{}'", a.kv_dtype);
   }
-  cpu::CpuBackend backend(*weights, a.threads);
+  FLINT_ASSIGN_OR_RETURN(std::unique_ptr<model::Backend> backend,
+                         make_backend(device, *weights, a.threads));
   cpu::SimpleSteps steps(1, std::ssize(prompt) + max_tokens);
-  FLINT_TRY(backend.init_kv_cache(steps.kv_spec(kv)));
+  FLINT_TRY(backend->init_kv_cache(steps.kv_spec(kv)));
 
   std::unique_ptr<std::ofstream> dump;
   if (!a.dump_logits.empty()) {
@@ -154,7 +180,7 @@ Status generate(const GenerateArgs& args) {
   steps.add(0, prompt, all);
   std::vector<float> logits(static_cast<size_t>((all ? std::ssize(prompt) : 1) * V));
   const auto t0 = Clock::now();
-  FLINT_TRY(backend.forward(steps.take(), logits));
+  FLINT_TRY(backend->forward(steps.take(), logits));
   const double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
   write_dump(logits);
   std::span<const float> last(logits.data() + logits.size() - V, static_cast<size_t>(V));
@@ -175,7 +201,7 @@ Status generate(const GenerateArgs& args) {
     }
     if (stop || generated >= max_tokens) break;
     steps.add(0, std::span(&id, 1), true);
-    FLINT_TRY(backend.forward(steps.take(), step_logits));
+    FLINT_TRY(backend->forward(steps.take(), step_logits));
     write_dump(step_logits);
     last = step_logits;
   }
@@ -184,18 +210,22 @@ Status generate(const GenerateArgs& args) {
   std::fputs("\n", stdout);
   std::fflush(stdout);
   spdlog::info("generated ids: [{}]", fmt::join(out_ids, ","));
+  const std::string where =
+      device == Device::kCuda
+          ? std::string("cuda")
+          : fmt::format("{} threads", static_cast<cpu::CpuBackend&>(*backend).num_threads());
   spdlog::info(
       "prompt: {} tokens in {:.3f} s ({:.1f} tokens/s); decode: {} tokens in {:.3f} s "
-      "({:.1f} tokens/s); {} threads",
+      "({:.1f} tokens/s); {}",
       prompt.size(), prefill_s, static_cast<double>(prompt.size()) / prefill_s, generated, decode_s,
-      generated > 1 ? static_cast<double>(generated - 1) / decode_s : 0.0, backend.num_threads());
+      generated > 1 ? static_cast<double>(generated - 1) / decode_s : 0.0, where);
   return ok();
 }
 
 }  // namespace
 
 void add_generate_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("generate", "Generate text from one prompt on the CPU backend");
+  auto* cmd = app.add_subcommand("generate", "Generate text from one prompt (CPU or CUDA backend)");
   auto a = std::make_shared<GenerateArgs>();
   cmd->add_option("model", a->model, "HF directory or .gguf file")->required();
   cmd->add_option("--hf-config-path", a->hf_config_path, "config.json replacing the model's own");
@@ -212,7 +242,11 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seed", a->seed, "sampling seed");
   cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate");
   cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "KV cache element type: f32 or bf16");
+  cmd->add_option("--kv-dtype", a->kv_dtype,
+                  "KV cache element type: auto (f32 on the CPU, bf16 on the GPU), f32 or bf16");
+  cmd->add_option("--device", a->device,
+                  "auto (CUDA when built with it and a GPU is visible), cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   cmd->add_option("--dump-logits", a->dump_logits,
                   "write float32 logits [prompt + decode steps, vocab] to this file");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating after EOS");

@@ -1,10 +1,13 @@
 // `flint serve [MODEL]`: the OpenAI-compatible server with vLLM's flag names. The HTTP port opens
 // first (GET /health answers 503 "Loading model"), then the tokenizer, chat template, weights and
-// engine load. Test: tests/python/server/.
+// engine load, on the CPU or on the GPU (--device; its KV cache sized from
+// --gpu-memory-utilization by backends/cuda/memory_plan). Test: tests/python/server/.
 // Needs the server layer (absent on the GPU image): empty without it.
 #ifdef FLINT_HAVE_SERVER
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -22,6 +25,10 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
+#ifdef FLINT_HAVE_CUDA
+#include "backends/cuda/memory_plan.h"
+#endif
+
 namespace flint::cli {
 namespace {
 
@@ -38,7 +45,8 @@ struct ServeArgs {
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;
   double gpu_memory_utilization = 0.9;
-  std::string kv_cache_memory = "1G";
+  std::string kv_cache_memory;  // empty: 1G on the CPU, from --gpu-memory-utilization on the GPU
+  std::string device = "auto";
   std::string load_format = "auto";
   uint64_t seed = 0;
   std::vector<std::string> api_keys;
@@ -87,6 +95,17 @@ Result<int64_t> parse_human_int(const std::string& flag, const std::string& text
   return static_cast<int64_t>(v);
 }
 
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 // MODEL defaults to the bundled tiny model: under the working directory, or in the source tree
 // above the binary (build-*/src/cli/flint).
 std::string default_model() {
@@ -129,6 +148,67 @@ Result<model::FlintWeights> dummy_weights(const ServeArgs& a,
   return model::FlintWeights::dummy(cfg, DType::kBF16, a.seed);
 }
 
+// The CPU backend: an f32 KV cache of --kv-cache-memory bytes (default 1G).
+Result<std::unique_ptr<model::Backend>> cpu_backend(const ServeArgs& a,
+                                                    const model::FlintWeights& weights,
+                                                    engine::EngineConfig& ec) {
+  FLINT_ASSIGN_OR_RETURN(
+      ec.kv_cache_memory,
+      parse_human_int("--kv-cache-memory", a.kv_cache_memory.empty() ? "1G" : a.kv_cache_memory));
+  ec.kv_dtype = DType::kF32;
+  return std::unique_ptr<model::Backend>(std::make_unique<cpu::CpuBackend>(weights, a.threads));
+}
+
+// The CUDA backend: weights uploaded, one profiling step of --max-num-batched-tokens run, and the
+// bf16 KV cache sized from what is left (vLLM's rule) unless --kv-cache-memory says otherwise.
+Result<std::unique_ptr<model::Backend>> gpu_backend(const ServeArgs& a,
+                                                    const model::FlintWeights& weights,
+                                                    engine::EngineConfig& ec) {
+#ifdef FLINT_HAVE_CUDA
+  const model::FlintConfig& cfg = weights.config;
+  cuda::GpuMemoryRequest req;
+  req.gpu_memory_utilization = a.gpu_memory_utilization;
+  if (!a.kv_cache_memory.empty()) {
+    FLINT_ASSIGN_OR_RETURN(req.kv_cache_memory,
+                           parse_human_int("--kv-cache-memory", a.kv_cache_memory));
+  }
+  req.max_model_len = ec.max_model_len > 0 ? ec.max_model_len : cfg.max_position_embeddings;
+  req.max_num_seqs = ec.max_num_seqs;
+  if (req.max_model_len <= 1) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the model has no max_position_embeddings: give --max-model-len");
+  }
+  // The same rings the engine allocates: one per sequence, plus prefix-cache snapshots.
+  bool has_sliding = false;
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) has_sliding |= cfg.is_sliding(l);
+  ec.num_ring_snapshots = std::max(4, ec.max_num_seqs / 2);
+  const int64_t num_rings =
+      ec.max_num_seqs + (has_sliding && ec.enable_prefix_caching ? ec.num_ring_snapshots : 0);
+  ec.kv_dtype = DType::kBF16;
+  cuda::ProfileShape shape;
+  shape.num_tokens = ec.max_num_batched_tokens;
+  shape.num_seqs = ec.max_num_seqs;
+  shape.max_model_len = static_cast<int>(std::min<int64_t>(req.max_model_len, INT32_MAX));
+  shape.page_size = ec.page_size;
+  cuda::GpuMemoryFacts facts;
+  const auto t0 = std::chrono::steady_clock::now();
+  FLINT_ASSIGN_OR_RETURN(auto backend, cuda::create_profiled_backend(weights, shape, &facts));
+  spdlog::info("gpu: weights uploaded and a {}-token profiling step run in {:.2f}s",
+               shape.num_tokens,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  FLINT_ASSIGN_OR_RETURN(
+      cuda::GpuMemoryPlan plan,
+      cuda::plan_gpu_memory(facts, cuda::kv_layout(cfg, ec.page_size, num_rings, ec.kv_dtype),
+                            req));
+  for (const auto& line : split_lines(cuda::describe(facts, plan, req))) spdlog::info("{}", line);
+  ec.kv_cache_memory = plan.kv_cache_bytes;
+  return std::unique_ptr<model::Backend>(std::move(backend));
+#else
+  (void)a, (void)weights, (void)ec;
+  return make_error(ErrorCode::kUnsupported, "this flint was built without CUDA");
+#endif
+}
+
 // Everything the server needs, loaded after the port is open.
 struct Loaded {
   std::optional<model::FlintWeights> weights;
@@ -141,6 +221,7 @@ Status load(const ServeArgs& args, Loaded& out) {
   // MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolve them to local paths
   // through the shared HF cache (downloading what is missing unless HF_HUB_OFFLINE=1).
   ServeArgs a = args;
+  FLINT_ASSIGN_OR_RETURN(Device device, resolve_device(a.device));
   FLINT_TRY(resolve_model_args(a.model, a.tokenizer, a.hf_config_path));
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {
@@ -182,17 +263,20 @@ Status load(const ServeArgs& args, Loaded& out) {
     FLINT_ASSIGN_OR_RETURN(int64_t len, parse_human_int("--max-model-len", a.max_model_len));
     ec.max_model_len = static_cast<int>(std::min<int64_t>(len, INT32_MAX));
   }
-  FLINT_ASSIGN_OR_RETURN(ec.kv_cache_memory,
-                         parse_human_int("--kv-cache-memory", a.kv_cache_memory));
   ec.enable_prefix_caching = a.enable_prefix_caching && !a.no_enable_prefix_caching;
   ec.seed = a.seed;
   ec.max_num_waiting = a.max_num_waiting;
-  ec.kv_dtype = DType::kF32;
   ec.extra_eos_token_ids = cfg.generation.eos_token_ids;
   if (auto e = out.tok->eos_id()) ec.extra_eos_token_ids.push_back(*e);
-  auto backend = std::make_unique<cpu::CpuBackend>(*out.weights, a.threads);
+  auto backend =
+      device == Device::kCuda ? gpu_backend(a, *out.weights, ec) : cpu_backend(a, *out.weights, ec);
+  if (!backend) return backend.error().with_context("serve");
   auto decoder = std::make_shared<server::TokenizerDecoder>(*out.tok);
-  auto eng = engine::Engine::create(ec, std::move(backend), decoder);
+  auto eng = engine::Engine::create(ec, std::move(*backend), decoder);
+  if (!eng && eng.error().code == ErrorCode::kOutOfMemory && device == Device::kCpu) {
+    return eng.error().with_context(
+        "serve: engine (raise --kv-cache-memory or lower --max-model-len / --max-num-seqs)");
+  }
   if (!eng) return eng.error().with_context("serve: engine");
   out.engine = std::move(*eng);
   out.engine->start();
@@ -310,9 +394,11 @@ int serve(ServeArgs a) {
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible server (vLLM's flags)");
   auto a = std::make_shared<ServeArgs>();
-  cmd->add_option("model", a->model,
-                  "HF directory or .gguf file (default: the bundled models/flint-nano)");
-  cmd->add_option("--model", a->model, "same as the positional MODEL");
+  // One option with both names: newer CLI11 (2.4, the GPU image's) rejects a positional "model"
+  // beside a separate "--model" as the same name added twice.
+  cmd->add_option("model,--model", a->model,
+                  "HF directory or .gguf file, positional or --model (default: the bundled "
+                  "models/flint-nano)");
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--served-model-name", a->served_model_names,
@@ -325,10 +411,14 @@ void add_serve_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per step")
       ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--device", a->device,
+                  "auto (CUDA when built with it and a GPU is visible), cuda or cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
-                  "GPU memory fraction (GPU backend; unused on the CPU)");
+                  "GPU memory fraction for weights, activations and KV cache (GPU only)");
   cmd->add_option("--kv-cache-memory", a->kv_cache_memory,
-                  "KV cache bytes on the CPU (e.g. 512M, 2G)");
+                  "KV cache bytes (e.g. 512M, 2G); CPU default 1G, GPU default: what "
+                  "--gpu-memory-utilization leaves");
   cmd->add_option("--load-format", a->load_format,
                   "auto (read the checkpoint) or dummy (random weights of its config)");
   cmd->add_option("--seed", a->seed, "seed for requests that set none");
@@ -350,7 +440,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-num-waiting", a->max_num_waiting,
                   "queued requests before 503 (0: unlimited)")
       ->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--threads", a->threads, "CPU backend threads (0: all cores)");
+  cmd->add_option("--threads", a->threads, "CPU backend threads (0: all cores; unused on the GPU)");
   cmd->add_option("--max-request-body", a->max_request_body, "largest request body (e.g. 32M)");
   cmd->callback([a, &exit_code] { exit_code = serve(*a); });
 }

@@ -1,7 +1,13 @@
-// Resolution of model arguments through src/hub when it is built.
+// Resolution of model arguments through src/hub when it is built, and of --device.
 #include "cli/model_args.h"
 
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
+
+#ifdef FLINT_HAVE_CUDA
+#include "backends/cuda/memory_plan.h"
+#endif
 
 #ifdef FLINT_HAVE_HUB
 #include "hub/resolve.h"
@@ -37,6 +43,37 @@ Status resolve_model_args(std::string& model, std::string& tokenizer, std::strin
     FLINT_ASSIGN_OR_RETURN(hf_config_path, resolve_model_arg(hf_config_path, ArgKind::kConfig));
   }
   return ok();
+}
+
+Result<Device> resolve_device(const std::string& flag) {
+  if (flag != "auto" && flag != "cuda" && flag != "cpu") {
+    return make_error(ErrorCode::kInvalidArgument, "--device must be auto, cuda or cpu, got '{}'",
+                      flag);
+  }
+  if (flag == "cpu") {
+    spdlog::info("device: cpu (--device cpu)");
+    return Device::kCpu;
+  }
+#ifdef FLINT_HAVE_CUDA
+  auto gpu = cuda::gpu_info();
+  if (gpu) {
+    spdlog::info("device: cuda ({}, {:.1f} GiB, {} visible){}", gpu->name,
+                 static_cast<double>(gpu->total) / 1073741824.0, gpu->device_count,
+                 flag == "auto" ? " (--device auto)" : "");
+    return Device::kCuda;
+  }
+  if (flag == "cuda") return gpu.error().with_context("--device cuda");
+  spdlog::info("device: cpu (--device auto: {})", gpu.error().message);
+  return Device::kCpu;
+#else
+  if (flag == "cuda") {
+    return make_error(ErrorCode::kUnsupported,
+                      "--device cuda: this flint was built without CUDA (configure with "
+                      "-DFLINT_CUDA=ON on a machine with nvcc)");
+  }
+  spdlog::info("device: cpu (--device auto: this flint was built without CUDA)");
+  return Device::kCpu;
+#endif
 }
 
 }  // namespace flint::cli

@@ -19,6 +19,8 @@ from support import tiny_flint
 
 SOURCE_DIR = Path(os.environ.get("FLINT_SOURCE_DIR", Path(__file__).resolve().parents[3]))
 BUNDLED_MODEL = SOURCE_DIR / "models" / "flint-tiny"
+# The backend every server runs on: cpu (CI, the default) or cuda (scripts/gpu.sh serve-tests).
+DEVICE = os.environ.get("FLINT_TEST_DEVICE", "cpu")
 
 
 def flint_bin() -> str:
@@ -43,7 +45,7 @@ class FlintServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"serve-{self.port}.log"
         self.cmd = [flint_bin(), "serve", str(model), "--host", "127.0.0.1", "--port",
-                    str(self.port), *args]
+                    str(self.port), "--device", DEVICE, *args]
         self.wait_ready = wait_ready
         self.proc: subprocess.Popen | None = None
 

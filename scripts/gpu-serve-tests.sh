@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The GPU machine's serve call (scripts/gpu.sh serve-tests): unpack the Debian packages that
+# scripts/gpu-deps.sh fetched into a prefix under /tmp (never into /), build flint with the server
+# layer against them, run the GPU memory-plan unit tests, compare `flint generate` on the GPU with
+# the CPU, then run the OpenAI API tests (tests/python/server) against `flint serve --device cuda`.
+# Usage: FLINT_GPU_DEBS=.debs FLINT_GPU_WHL=.whl scripts/gpu-serve-tests.sh [pytest args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+out="${OUT:-$root/gpu-out}"
+mkdir -p "$out"
+debs="$(realpath "${FLINT_GPU_DEBS:-.debs}")"
+whl="$(realpath "${FLINT_GPU_WHL:-.whl}")"
+prefix=/tmp/flint-deps
+build=build-gpu-serve
+say() { echo "gpu-serve-tests: $*"; }
+{
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+  nvcc --version | tail -1
+  g++ --version | head -1
+  python3 --version
+  echo "pkg-config: $(command -v pkg-config)"
+  ldconfig -p | grep -E "libssl.so.3|libcrypto.so.3|libz.so.1 |libbrotli|libpcre2|httplib|libcurl"
+} > "$out/device.txt" 2>&1
+
+# 1. The Debian packages into $prefix, their .pc files pointed there.
+rm -rf "$prefix" && mkdir -p "$prefix"
+for f in "$debs"/*.deb; do dpkg -x "$f" "$prefix" || { say "cannot unpack $f"; exit 1; }; done
+lib="$prefix/usr/lib/x86_64-linux-gnu"
+sed -i "s|^prefix=/usr\$|prefix=$prefix/usr|" "$lib"/pkgconfig/*.pc
+export PKG_CONFIG_PATH="$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+if ! command -v pkg-config > /dev/null; then  # the carried pkgconf, its library beside it
+  mkdir -p "$prefix/bin"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$lib" "$prefix/usr/bin/pkgconf" \
+    > "$prefix/bin/pkg-config"
+  chmod +x "$prefix/bin/pkg-config"
+  export PATH="$prefix/bin:$PATH"
+fi
+# Debian keeps OpenSSL's configuration headers under the multiarch include folder.
+export CPATH="$prefix/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+# At run time only the libraries the image lacks come from the prefix (never shadow its own).
+fallback="$prefix/fallback-lib"
+mkdir -p "$fallback"
+for so in libpcre2-8.so.0 libcpp-httplib.so.0.11 libssl.so.3 libcrypto.so.3 libbrotlicommon.so.1 \
+  libbrotlidec.so.1 libbrotlienc.so.1; do
+  ldconfig -p | grep -q "^[[:space:]]*$so " || ln -sf "$lib/$so" "$fallback/$so"
+done
+say "from the prefix at run time: $(ls "$fallback" | tr '\n' ' ')"
+export LD_LIBRARY_PATH="$fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# 2. Build flint (server layer on) and the host unit tests of the CUDA layer.
+# Release: no debug info, so the one call spends less of its time compiling. Warnings are CI's
+# business (its compiler); the image's newer g++ must not stop this run over a new one.
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLINT_CUDA=ON -DFLINT_WERROR=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH="$prefix/usr" \
+  -DFLINT_PYTHON="$(command -v python3)" > "$out/build.log" 2>&1 || {
+  tail -40 "$out/build.log"; exit 1; }
+grep "flint:" "$out/build.log"
+grep -q "server ON" "$out/build.log" || { say "the server layer is off"; exit 1; }
+cmake --build "$build" -j "$(nproc)" --target flint cuda_tests >> "$out/build.log" 2>&1 || {
+  grep -E "error|FAILED|undefined" "$out/build.log" | head -40; exit 1; }
+flint="$root/$build/src/cli/flint"
+"$build/tests/cuda_tests" > "$out/cuda_tests.log" 2>&1
+say "cuda_tests: $(grep -E "PASSED|FAILED" "$out/cuda_tests.log" | tr '\n' ' ')"
+
+# 3. The test models and Python packages.
+[[ -e models ]] || ln -s "$(realpath ../../models)" models
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site "$whl"/*.whl || { say "wheels did not install"; exit 1; }
+export PYTHONPATH="/tmp/site:$root/tests"
+# The tiny test models embed the GLM-4.7 chat template (tests/support/tiny_flint.py).
+for t in "$debs/GLM-4.7.jinja" "$debs/../GLM-4.7.jinja"; do
+  [[ -f "$t" ]] && export FLINT_CHAT_TEMPLATE="$(realpath "$t")"
+done
+[[ -n "${FLINT_CHAT_TEMPLATE:-}" ]] || say "no GLM-4.7.jinja beside the packages: tiny models fail"
+
+# 4. flint generate, greedy, on the GPU and on the CPU (both with a bf16 KV cache).
+for d in cuda cpu; do
+  echo "== --device $d"
+  timeout 30 "$flint" generate models/flint-nano --prompt "Once upon a time" --max-tokens 48 \
+    --temperature 0 --ignore-eos --kv-dtype bf16 --device "$d" 2>&1
+done > "$out/generate.txt"
+grep -h -E "==|device:|generated ids|tokens/s|error" "$out/generate.txt"
+
+# 5. The OpenAI API tests against `flint serve --device cuda`.
+export FLINT_BIN="$flint" FLINT_SOURCE_DIR="$root" FLINT_BUILD_DIR="$root/$build"
+export FLINT_TEST_DEVICE=cuda PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+rm -rf /tmp/pyt
+# The tests get what is left of the call (FLINT_CALL_S, default 290 s), so the logs come back.
+left=$(( ${FLINT_CALL_S:-290} - SECONDS ))
+(( left < 30 )) && left=30
+say "pytest gets ${left}s"
+timeout "$left" python3 -m pytest -q -p no:cacheprovider -rfE \
+  --basetemp=/tmp/pyt tests/python/server "$@" > "$out/pytest.log" 2>&1
+rc=$?
+find /tmp/pyt -name 'serve-*.log' | tar czf "$out/serve-logs.tgz" -T - 2> /dev/null
+grep -h -E "device: cuda|gpu memory|gpu: weights|KV pages" /tmp/pyt/*/serve-*.log | cut -c25- |
+  sort | uniq | head -12
+grep -E "passed|failed|error" "$out/pytest.log" | tail -3
+grep -E "^(FAILED|ERROR)" "$out/pytest.log" | head -20
+exit $rc
