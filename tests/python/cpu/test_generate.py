@@ -16,7 +16,7 @@ FLINT = os.environ.get("FLINT_BIN", "build/src/cli/flint")
 
 
 def run(args, check=True):
-    p = subprocess.run([FLINT, "generate", *map(str, args)], capture_output=True, text=True,
+    p = subprocess.run([FLINT, "generate", "--device", "cpu", *map(str, args)], capture_output=True, text=True,
                        timeout=300)
     if check:
         assert p.returncode == 0, p.stderr

@@ -59,7 +59,7 @@ def config():
 def generate(model: Path, ids: list[int], tmp_path: Path, max_tokens: int = 1, dump: bool = True):
     """Runs `flint generate` greedily; returns (logits rows for the prompt or None, generated ids)."""
     out = tmp_path / f"logits-{len(ids)}-{model.name}.f32"
-    args = [flint_bin(), "generate", str(model), "--prompt-ids", ",".join(map(str, ids)),
+    args = [flint_bin(), "generate", "--device", "cpu", str(model), "--prompt-ids", ",".join(map(str, ids)),
             "--max-tokens", str(max_tokens), "--temperature", "0", "--ignore-eos",
             "--threads", "2", "--kv-dtype", "f32", "--tokenizer", str(MODEL_DIR)]
     if dump:
