@@ -216,6 +216,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
     if (r < 0 || r >= T) return bad("logits row {} outside [0, {})", r, T);
   }
   FLINT_TRY(reserve(T, S, int64_t(st.block_table.size()), plan.num_logits));
+  if (T > kPrefillMinTokens) FLINT_TRY(reserve_prefill(T));
   max_blocks_per_seq_ = st.max_blocks_per_seq;
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));  // the pinned staging may still be in flight
   int32_t* p = pinned_;
@@ -237,6 +238,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
 }
 
 void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) {
+  if (plan.num_tokens > kPrefillMinTokens) return enqueue_prefill(plan, s, timer);
   auto mark = [&](const char* op) {
     if (timer != nullptr) timer->mark(op, s);
   };
