@@ -309,17 +309,34 @@ Result<PrefillRow> bench_prefill(const DeviceWeights& w, const std::string& dtyp
   return row;
 }
 
+// Every op name of the rows, in first-seen order (the decode and prefill paths differ).
+std::vector<std::string> op_names(
+    const std::vector<std::vector<std::pair<std::string, float>>>& ops) {
+  std::vector<std::string> names;
+  for (const auto& row : ops) {
+    for (const auto& [op, ms] : row) {
+      if (std::find(names.begin(), names.end(), op) == names.end()) names.push_back(op);
+    }
+  }
+  return names;
+}
+
+// A markdown table of per-op ms: one row per entry, `labels` already formatted as leading cells
+// ("a | b"), `head` the matching header cells and `head_cols` their count.
 void print_ops_table(const std::vector<std::vector<std::pair<std::string, float>>>& ops,
-                     const std::vector<std::string>& labels, const std::string& head) {
+                     const std::vector<std::string>& labels, const std::string& head,
+                     int head_cols) {
   if (ops.empty()) return;
+  const std::vector<std::string> names = op_names(ops);
   fmt::print("| {} |", head);
-  for (const auto& [op, ms] : ops[0]) fmt::print(" {} |", op);
-  fmt::print("\n|---|");
-  for (size_t i = 0; i < ops[0].size(); ++i) fmt::print("---:|");
+  for (const std::string& op : names) fmt::print(" {} |", op);
+  fmt::print("\n|");
+  for (int i = 0; i < head_cols; ++i) fmt::print("---|");
+  for (size_t i = 0; i < names.size(); ++i) fmt::print("---:|");
   fmt::print("\n");
   for (size_t r = 0; r < ops.size(); ++r) {
     fmt::print("| {} |", labels[r]);
-    for (const auto& [op, ms] : ops[0]) {
+    for (const std::string& op : names) {
       float v = 0;
       for (const auto& [o2, m2] : ops[r]) {
         if (o2 == op) v = m2;
@@ -396,11 +413,16 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
       FLINT_CUDA_CHECK(cudaDeviceSynchronize());
       const double kv_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count();
-      notes.push_back(fmt::format(
-          "{}: ready (weights + {:.2f} GB KV cache for {} tokens) {:.2f} s after process start; "
-          "weights {:.2f} s + KV {:.2f} s of that",
-          name, (*kv)->kv_bytes() / 1e9, config.max_position_embeddings, process_age_s(), ready_s,
-          kv_s));
+      if (&name == &opt.dtypes.front()) {
+        notes.push_back(fmt::format(
+            "{}: ready (weights + {:.2f} GB KV cache for {} tokens) {:.2f} s after process start "
+            "(device init, the read-stream floor, weights {:.2f} s, KV {:.2f} s)",
+            name, (*kv)->kv_bytes() / 1e9, config.max_position_embeddings, process_age_s(), ready_s,
+            kv_s));
+      } else {
+        notes.push_back(fmt::format("{}: weights {:.2f} s + KV cache ({:.2f} GB) {:.2f} s", name,
+                                    ready_s, (*kv)->kv_bytes() / 1e9, kv_s));
+      }
       spdlog::info("bench: {}", notes.back());
     }
     for (int64_t tokens : opt.prefill_lengths) {
@@ -455,23 +477,14 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
   }
   fmt::print(
       "\nPer-op time of one un-captured step (events between ops; includes launch gaps), ms:\n\n");
-  if (!rows.empty()) {
-    fmt::print("| weights | batch | context |");
-    for (const auto& [op, ms] : rows[0].ops) fmt::print(" {} |", op);
-    fmt::print("\n|---|---:|---:|");
-    for (size_t i = 0; i < rows[0].ops.size(); ++i) fmt::print("---:|");
-    fmt::print("\n");
+  {
+    std::vector<std::vector<std::pair<std::string, float>>> ops;
+    std::vector<std::string> labels;
     for (const Row& r : rows) {
-      fmt::print("| {} | {} | {} |", r.dtype, r.batch, r.ctx);
-      for (const auto& [op, ms] : rows[0].ops) {
-        float v = 0;
-        for (const auto& [o2, m2] : r.ops) {
-          if (o2 == op) v = m2;
-        }
-        fmt::print(" {:.3f} |", v);
-      }
-      fmt::print("\n");
+      ops.push_back(r.ops);
+      labels.push_back(fmt::format("{} | {} | {}", r.dtype, r.batch, r.ctx));
     }
+    print_ops_table(ops, labels, "weights | batch | context", 3);
   }
   fmt::print("\n");
   if (!prefill_rows.empty()) {
@@ -489,9 +502,9 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
     std::vector<std::string> labels;
     for (const PrefillRow& r : prefill_rows) {
       ops.push_back(r.ops);
-      labels.push_back(fmt::format("{} {}", r.dtype, r.tokens));
+      labels.push_back(fmt::format("{} | {}", r.dtype, r.tokens));
     }
-    print_ops_table(ops, labels, "weights, prompt");
+    print_ops_table(ops, labels, "weights | prompt tokens", 2);
     fmt::print("\n");
   }
   for (const auto& n : notes) fmt::print("- {}\n", n);
