@@ -3,13 +3,16 @@
 #ifdef FLINT_HAVE_CUDA
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "backends/cuda/bench.h"
 #include "cli/commands.h"
 
 namespace flint::cli {
 
 void add_bench_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("bench", "Benchmark the CUDA decode step on dummy weights");
+  auto* cmd =
+      app.add_subcommand("bench", "Benchmark CUDA decode steps and prefill on dummy weights");
   struct Opts {
     std::string load_format = "dummy";
     cuda::BenchOptions bench;
@@ -23,10 +26,17 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--batch", opts->bench.batches, "Batch sizes")->delimiter(',');
   cmd->add_option("--context", opts->bench.contexts, "Context lengths (tokens)")->delimiter(',');
   cmd->add_option("--steps", opts->bench.steps, "Timed steps per configuration");
+  cmd->add_option("--prefill", opts->bench.prefill_lengths,
+                  "Prompt lengths for the prefill benchmark (0: none)")
+      ->delimiter(',');
+  cmd->add_option("--prefill-chunk", opts->bench.prefill_chunk, "Tokens per prefill step");
+  cmd->add_option("--prefill-runs", opts->bench.prefill_runs, "Timed runs per prompt length");
   cmd->add_option("--warmup", opts->bench.warmup, "Untimed steps per configuration");
   cmd->add_option("--gpu-memory-utilization", opts->bench.gpu_memory_utilization,
                   "Fraction of GPU memory the benchmark may use");
   cmd->callback([opts, &exit_code] {
+    auto& lens = opts->bench.prefill_lengths;
+    lens.erase(std::remove(lens.begin(), lens.end(), 0), lens.end());
     const Status st = cuda::run_decode_bench(cuda::flint_full_config(), opts->bench);
     if (!st) {
       spdlog::error("bench: {}", st.error().message);

@@ -144,6 +144,9 @@ TEST(CudaForward, LongPrefillOverWindow513MatchesCpuBackend) {
     o.sliding_window = 513;
     o.vocab_size = 64;
     o.linear_dtype = dt;
+    // Every expert selected: the 600-token chunk runs the prefill path, whose bf16 activations
+    // would otherwise flip near-tied top-k choices against the CPU (tests/gpu/prefill_test.cpp).
+    o.num_experts_per_tok = o.num_experts;
     o.seed = 6;
     const TinyModel m = cpu::testing::make_tiny_model(o);
     const int64_t V = o.vocab_size;
@@ -165,7 +168,9 @@ TEST(CudaForward, LongPrefillOverWindow513MatchesCpuBackend) {
         err = std::max(err, std::fabs(double(got[i]) - want[i]));
       std::printf("  %s chunk at %zu: max|diff| %.3e, max|logit| %.3e\n",
                   std::string(dtype_name(dt)).c_str(), from, err, max_abs(want));
-      EXPECT_LT(err / std::max(1.0, max_abs(want)), 2e-3) << "chunk at " << from;
+      // The prefill path feeds bf16 activations to its GEMMs; the decode path keeps f32.
+      const double tol = int(n) > CudaForward::kPrefillMinTokens ? 1e-2 : 2e-3;
+      EXPECT_LT(err / std::max(1.0, max_abs(want)), tol) << "chunk at " << from;
     }
   }
 }

@@ -5,11 +5,13 @@
 #include "backends/cuda/bench.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -219,6 +221,132 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
              bytes.kv / 1e9, floor_gbs, ops};
 }
 
+// Seconds since this process started (Linux: /proc/self/stat start time against /proc/uptime).
+double process_age_s() {
+  std::ifstream up("/proc/uptime"), st("/proc/self/stat");
+  double uptime = 0;
+  up >> uptime;
+  std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || uptime <= 0) return -1;
+  std::stringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22)
+      return uptime - std::atof(field.c_str()) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return -1;
+}
+
+struct PrefillRow {
+  std::string dtype;
+  int64_t tokens;
+  int chunk;
+  float ms;  // median over runs: first chunk's upload to the last chunk's logits
+  std::vector<std::pair<std::string, float>> ops;  // per-op ms of the prompt's last chunk
+};
+
+// One sequence prefills `tokens` prompt tokens in steps of `chunk` (logits for the last token
+// only, as the engine asks); the wall time of the whole prompt includes each step's upload.
+Result<PrefillRow> bench_prefill(const DeviceWeights& w, const std::string& dtype, int64_t tokens,
+                                 const BenchOptions& opt, cudaStream_t s) {
+  const model::FlintConfig& c = w.config();
+  model::KvCacheSpec spec;
+  spec.page_size = 16;
+  const int64_t blocks = ceil_div(tokens, spec.page_size);
+  spec.num_pages = blocks;
+  spec.num_rings = 1;
+  FLINT_ASSIGN_OR_RETURN(auto fwd, CudaForward::create(w, spec));
+  std::vector<model::StepInput> steps;
+  for (int64_t b = 0; b < tokens; b += opt.prefill_chunk) {
+    const int64_t n = std::min<int64_t>(opt.prefill_chunk, tokens - b);
+    model::StepInput st;
+    st.max_blocks_per_seq = static_cast<int32_t>(blocks);
+    for (int64_t k = 0; k < blocks; ++k) st.block_table.push_back(static_cast<int32_t>(k));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = b + i;
+      st.token_ids.push_back(static_cast<int32_t>((pos * 7919 + 11) % c.vocab_size));
+      st.positions.push_back(static_cast<int32_t>(pos));
+      st.slot_mapping.push_back(static_cast<int32_t>(pos));
+    }
+    st.query_start_loc = {0, static_cast<int32_t>(n)};
+    st.seq_lens = {static_cast<int32_t>(b + n)};
+    st.ring_ids = {0};
+    if (b + n == tokens) st.logits_indices = {static_cast<int32_t>(n - 1)};
+    steps.push_back(std::move(st));
+  }
+  cudaEvent_t e0, e1;
+  FLINT_CUDA_CHECK(cudaEventCreate(&e0));
+  FLINT_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> times;
+  Status failed = ok();
+  for (int run = 0; run <= opt.prefill_runs && failed; ++run) {
+    FLINT_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (const model::StepInput& st : steps) {
+      auto plan = fwd->upload_step(st, s);
+      if (!plan) {
+        failed = plan.error();
+        break;
+      }
+      fwd->enqueue(*plan, s);
+    }
+    FLINT_CUDA_CHECK(cudaEventRecord(e1, s));
+    FLINT_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    FLINT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (run > 0) times.push_back(ms);  // run 0 warms up
+    spdlog::info("bench: prefill {} {} tokens run {}: {:.1f} ms", dtype, tokens, run, ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  if (!failed) return failed.error();
+  PrefillRow row{dtype, tokens, opt.prefill_chunk, median(times), {}};
+  // Per-op split of the last chunk (it re-writes the same KV; the attention sees the full prompt).
+  FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd->upload_step(steps.back(), s));
+  EventTimer timer(s);
+  fwd->enqueue(plan, s, &timer);
+  row.ops = timer.totals();
+  return row;
+}
+
+// Every op name of the rows, in first-seen order (the decode and prefill paths differ).
+std::vector<std::string> op_names(
+    const std::vector<std::vector<std::pair<std::string, float>>>& ops) {
+  std::vector<std::string> names;
+  for (const auto& row : ops) {
+    for (const auto& [op, ms] : row) {
+      if (std::find(names.begin(), names.end(), op) == names.end()) names.push_back(op);
+    }
+  }
+  return names;
+}
+
+// A markdown table of per-op ms: one row per entry, `labels` already formatted as leading cells
+// ("a | b"), `head` the matching header cells and `head_cols` their count.
+void print_ops_table(const std::vector<std::vector<std::pair<std::string, float>>>& ops,
+                     const std::vector<std::string>& labels, const std::string& head,
+                     int head_cols) {
+  if (ops.empty()) return;
+  const std::vector<std::string> names = op_names(ops);
+  fmt::print("| {} |", head);
+  for (const std::string& op : names) fmt::print(" {} |", op);
+  fmt::print("\n|");
+  for (int i = 0; i < head_cols; ++i) fmt::print("---|");
+  for (size_t i = 0; i < names.size(); ++i) fmt::print("---:|");
+  fmt::print("\n");
+  for (size_t r = 0; r < ops.size(); ++r) {
+    fmt::print("| {} |", labels[r]);
+    for (const std::string& op : names) {
+      float v = 0;
+      for (const auto& [o2, m2] : ops[r]) {
+        if (o2 == op) v = m2;
+      }
+      fmt::print(" {:.3f} |", v);
+    }
+    fmt::print("\n");
+  }
+}
+
 }  // namespace
 
 model::FlintConfig flint_full_config() {
@@ -251,6 +379,7 @@ model::FlintConfig flint_full_config() {
 
 Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
+  std::vector<PrefillRow> prefill_rows;
   if (!device_available()) return make_error(ErrorCode::kUnavailable, "no CUDA device available");
   cudaStream_t s;
   FLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -271,6 +400,40 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
     notes.push_back(fmt::format("{}: {:.2f} GB of weights generated on the GPU in {:.2f} s", name,
                                 w->bytes() / 1e9, ready_s));
     spdlog::info("bench: {}", notes.back());
+    {
+      // Ready = weights plus a KV cache for one full-length (max_position_embeddings) sequence,
+      // timed from process start (device init and the read-stream floor run before this).
+      const auto k0 = std::chrono::steady_clock::now();
+      model::KvCacheSpec spec;
+      spec.page_size = 16;
+      spec.num_pages = ceil_div(config.max_position_embeddings, spec.page_size);
+      spec.num_rings = 1;
+      auto kv = CudaForward::create(*w, spec);
+      if (!kv) return kv.error().with_context("KV cache for the ready time");
+      FLINT_CUDA_CHECK(cudaDeviceSynchronize());
+      const double kv_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - k0).count();
+      if (&name == &opt.dtypes.front()) {
+        notes.push_back(fmt::format(
+            "{}: ready (weights + {:.2f} GB KV cache for {} tokens) {:.2f} s after process start "
+            "(device init, the read-stream floor, weights {:.2f} s, KV {:.2f} s)",
+            name, (*kv)->kv_bytes() / 1e9, config.max_position_embeddings, process_age_s(), ready_s,
+            kv_s));
+      } else {
+        notes.push_back(fmt::format("{}: weights {:.2f} s + KV cache ({:.2f} GB) {:.2f} s", name,
+                                    ready_s, (*kv)->kv_bytes() / 1e9, kv_s));
+      }
+      spdlog::info("bench: {}", notes.back());
+    }
+    for (int64_t tokens : opt.prefill_lengths) {
+      auto r = bench_prefill(*w, name, tokens, opt, s);
+      if (!r) {
+        notes.push_back(fmt::format("{} prefill {}: {}", name, tokens, r.error().message));
+        spdlog::warn("bench: {}", notes.back());
+        continue;
+      }
+      prefill_rows.push_back(*r);
+    }
     for (int batch : opt.batches) {
       for (int64_t ctx : opt.contexts) {
         const auto [free_b, total_b] = device_memory_info();
@@ -314,25 +477,36 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
   }
   fmt::print(
       "\nPer-op time of one un-captured step (events between ops; includes launch gaps), ms:\n\n");
-  if (!rows.empty()) {
-    fmt::print("| weights | batch | context |");
-    for (const auto& [op, ms] : rows[0].ops) fmt::print(" {} |", op);
-    fmt::print("\n|---|---:|---:|");
-    for (size_t i = 0; i < rows[0].ops.size(); ++i) fmt::print("---:|");
-    fmt::print("\n");
+  {
+    std::vector<std::vector<std::pair<std::string, float>>> ops;
+    std::vector<std::string> labels;
     for (const Row& r : rows) {
-      fmt::print("| {} | {} | {} |", r.dtype, r.batch, r.ctx);
-      for (const auto& [op, ms] : rows[0].ops) {
-        float v = 0;
-        for (const auto& [o2, m2] : r.ops) {
-          if (o2 == op) v = m2;
-        }
-        fmt::print(" {:.3f} |", v);
-      }
-      fmt::print("\n");
+      ops.push_back(r.ops);
+      labels.push_back(fmt::format("{} | {} | {}", r.dtype, r.batch, r.ctx));
     }
+    print_ops_table(ops, labels, "weights | batch | context", 3);
   }
   fmt::print("\n");
+  if (!prefill_rows.empty()) {
+    fmt::print(
+        "Prefill: one sequence, the prompt in steps of at most `chunk` tokens (logits for the last "
+        "token), median of {} runs after a warm-up; host uploads included.\n\n",
+        opt.prefill_runs);
+    fmt::print("| weights | prompt tokens | chunk | ms | tokens/s |\n|---|---:|---:|---:|---:|\n");
+    for (const PrefillRow& r : prefill_rows) {
+      fmt::print("| {} | {} | {} | {:.1f} | {:.0f} |\n", r.dtype, r.tokens, r.chunk, r.ms,
+                 r.ms > 0 ? r.tokens / (r.ms / 1e3) : 0.0);
+    }
+    fmt::print("\nPer-op time of the last chunk of each prompt (events between ops), ms:\n\n");
+    std::vector<std::vector<std::pair<std::string, float>>> ops;
+    std::vector<std::string> labels;
+    for (const PrefillRow& r : prefill_rows) {
+      ops.push_back(r.ops);
+      labels.push_back(fmt::format("{} | {}", r.dtype, r.tokens));
+    }
+    print_ops_table(ops, labels, "weights | prompt tokens", 2);
+    fmt::print("\n");
+  }
   for (const auto& n : notes) fmt::print("- {}\n", n);
   fmt::print("- total bench time {:.1f} s\n",
              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
@@ -363,6 +537,14 @@ int decode_bench_main(int argc, char** argv) {
       opt.contexts = ints(argv[i + 1]);
     } else if (k == "--steps") {
       opt.steps = std::atoi(argv[i + 1]);
+    } else if (k == "--prefill") {
+      opt.prefill_lengths = ints(argv[i + 1]);
+      if (opt.prefill_lengths.size() == 1 && opt.prefill_lengths[0] == 0)
+        opt.prefill_lengths.clear();
+    } else if (k == "--prefill-chunk") {
+      opt.prefill_chunk = std::atoi(argv[i + 1]);
+    } else if (k == "--prefill-runs") {
+      opt.prefill_runs = std::atoi(argv[i + 1]);
     } else {
       fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
       return 2;

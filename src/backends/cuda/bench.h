@@ -1,5 +1,6 @@
 // `flint bench`: decode-step latency of the full Flint shape on random GPU weights, next to the
-// bytes each step must read and a read-stream bandwidth floor measured in the same run.
+// bytes each step must read and a read-stream bandwidth floor measured in the same run; prefill
+// throughput of whole prompts in engine-sized chunks; and the time from process start to ready.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,9 @@ struct BenchOptions {
   std::vector<std::string> dtypes = {"nvfp4", "bf16"};  // linear-layer formats
   std::vector<int> batches = {1, 8};
   std::vector<int64_t> contexts = {1024, 32768, 102400, 262144};
+  std::vector<int64_t> prefill_lengths = {1024, 8192, 102400};  // prompt tokens; empty: none
+  int prefill_chunk = 8192;  // tokens per step, as the engine's chunked prefill
+  int prefill_runs = 3;      // timed runs per prompt (median), after one warm-up prompt
   int warmup = 5;
   int steps = 40;
   double gpu_memory_utilization = 0.95;

@@ -268,6 +268,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
                 table.begin() + int64_t(q) * stride);
   }
   FLINT_TRY(reserve(T, S, int64_t(table.size()), plan.num_logits));
+  if (T > kPrefillMinTokens) FLINT_TRY(reserve_prefill(T));
   // The other half of the staging may still be in flight; this half's copies (two steps ago)
   // have normally finished long since, so this wait does not stall the host.
   stage_ ^= 1;
@@ -292,6 +293,7 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
 }
 
 void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) {
+  if (plan.num_tokens > kPrefillMinTokens) return enqueue_prefill(plan, s, timer);
   auto mark = [&](const char* op) {
     if (timer != nullptr) timer->mark(op, s);
   };

@@ -3,6 +3,7 @@
 // tests/gpu. Not thread-safe; one engine thread owns it.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernels/moe_grouped.h"
 #include "backends/cuda/weights.h"
 #include "model/step.h"
 
@@ -42,8 +44,32 @@ struct StepPlan {
   bool operator==(const StepPlan&) const = default;
 };
 
+// Scratch of the prefill path (forward_prefill.cpp), sized for the largest prefill step seen.
+struct PrefillWorkspace {
+  PrefillWorkspace() = default;
+  ~PrefillWorkspace();
+  PrefillWorkspace(const PrefillWorkspace&) = delete;
+  PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
+
+  cublasHandle_t cublas = nullptr;  // BF16 GEMMs; bound to the enqueue stream at each call
+  DeviceBuffer buf;
+  int cap_tokens = 0;
+  __nv_bfloat16* x = nullptr;    // [T, max(hidden, H * D)] bf16 input of the next GEMM
+  __nv_bfloat16* act = nullptr;  // [T, max(I_dense, I_shared)] bf16 SwiGLU activations
+  MoeGroupedWorkspace moe;       // grouped experts for T * slots pairs
+  // Per layer: the router as f32 [E, hidden] for an exact SGEMM, or null (then the GEMV).
+  std::vector<const float*> router_f32;
+  __nv_bfloat16* w_bf16 = nullptr;  // scratch: one dense NVFP4 matrix decoded for cuBLAS
+  DeviceBuffer weights_buf;         // router_f32 copies and w_bf16, made once
+};
+
 class CudaForward {
  public:
+  // Steps with more tokens than this run through enqueue_prefill (tensor-core GEMMs and the
+  // flash-attention kernel); smaller ones through the decode kernels, whose f32 activations also
+  // keep small mixed steps bit-close to the CPU reference.
+  static constexpr int kPrefillMinTokens = 32;
+
   // Allocates the KV cache described by `kv` (full layers paged, sliding layers as rings).
   static Result<std::unique_ptr<CudaForward>> create(const DeviceWeights& w,
                                                      const model::KvCacheSpec& kv);
@@ -55,6 +81,10 @@ class CudaForward {
   // Enqueues the forward of the uploaded step: launches only, no allocation and no sync, so it
   // can be captured in a CUDA graph. Logits land in logits().
   void enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer = nullptr);
+  // The prefill-size kernel sequence of enqueue(): correct for any step (several sequences,
+  // chunks mixed with decode tokens, chunks longer than the window, cached prefixes). Launches
+  // only; needs the workspace that upload_step reserves for steps over kPrefillMinTokens.
+  void enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer* timer = nullptr);
 
   const float* logits() const { return ws_logits_; }  // [num_logits, vocab_size] f32
   const int32_t* expert_ids(int layer) const;         // [num_tokens, slots] of the last step
@@ -75,6 +105,8 @@ class CudaForward {
  private:
   CudaForward(const DeviceWeights& w, const model::KvCacheSpec& kv) : w_(w), spec_(kv) {}
   Status reserve(int num_tokens, int num_seqs, int64_t table_len, int num_logits);
+  Status reserve_prefill(int num_tokens);
+  Status prepare_prefill_weights();
   __nv_bfloat16* k_cache(int layer) const;
   __nv_bfloat16* v_cache(int layer) const;
 
@@ -110,6 +142,7 @@ class CudaForward {
   uint64_t buffer_generation_ = 0;
   std::vector<int32_t> seq_idx_;  // [num_tokens] reused host scratch
   std::vector<int32_t> table_;    // [num_seqs, stride] reused host scratch
+  PrefillWorkspace prefill_;
 };
 
 }  // namespace flint::cuda

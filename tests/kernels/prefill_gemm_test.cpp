@@ -1,0 +1,173 @@
+// The prefill GEMMs (cuBLAS BF16, the tensor-core kernel for scaled BF16 and NVFP4, the fused
+// SwiGLU gate|up) against cpu::linear on bf16-rounded activations, at awkward sizes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/ops/linear.h"
+#include "backends/cuda/kernels/gemm.h"
+#include "backends/cuda/weights.h"
+#include "core/thread_pool.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace flint::cuda {
+namespace {
+
+using testing::DeviceArray;
+using testing::random_floats;
+
+// Random weight bytes for W[out, in] (NVFP4: valid ggml blocks, UE4M3 scales 0x20-0x3f).
+std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
+  if (dt == DType::kBF16) {
+    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
+    for (int64_t i = 0; i < out * in; ++i) {
+      const uint16_t h = ::flint::f32_to_bf16(f[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+    }
+  } else {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = (i % 36) < 4 ? static_cast<uint8_t>(0x20 + g() % 0x20) : static_cast<uint8_t>(g());
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> round_bf16(std::vector<float> v) {
+  for (float& x : v) x = bf16_to_f32(::flint::f32_to_bf16(x));
+  return v;
+}
+
+std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = ::flint::f32_to_bf16(v[i]);
+  return b;
+}
+
+struct Gpu {
+  cublasHandle_t cublas = nullptr;
+  Gpu() { EXPECT_EQ(cublasCreate(&cublas), CUBLAS_STATUS_SUCCESS); }
+  ~Gpu() { cublasDestroy(cublas); }
+};
+
+void check_gemm(DType dt, float scale, int rows, int64_t out, int64_t in, bool use_cublas) {
+  SCOPED_TRACE(fmt::format("dtype={} scale={} rows={} out={} in={} cublas={}", dt, scale, rows, out,
+                           in, use_cublas));
+  Gpu gpu;
+  const auto wbytes = random_weight(dt, out, in, 100 + out + in);
+  const model::Linear lin{ConstTensorView(wbytes.data(), dt, {out, in}), scale};
+  const auto x = round_bf16(random_floats(int64_t(rows) * in, 7 + rows));
+  std::vector<float> want(int64_t(rows) * out);
+  ThreadPool pool(2);
+  cpu::linear(want.data(), x.data(), rows, lin, pool);
+  DeviceWeights owner;
+  auto ref = owner.add_linear(lin, nullptr);
+  ASSERT_TRUE(ref.has_value()) << ref.error().message;
+  DeviceArray<uint16_t> dx(to_bf16_bits(x));
+  DeviceArray<float> dy(int64_t(rows) * out);
+  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(dx.get());
+  gemm(use_cublas ? gpu.cublas : nullptr, dy.get(), out, xb, in, rows, *ref, false, nullptr);
+  EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 2e-3, 2e-3), 1.0);
+  gemm(use_cublas ? gpu.cublas : nullptr, dy.get(), out, xb, in, rows, *ref, true, nullptr);
+  for (float& v : want) v *= 2;
+  EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 4e-3, 2e-3), 1.0);
+}
+
+TEST(PrefillGemm, CublasBf16MatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  for (auto [rows, out, in] :
+       {std::tuple{1, 64, 64}, {7, 200, 72}, {129, 129, 200}, {300, 520, 256}}) {
+    check_gemm(DType::kBF16, 1.0f, rows, out, in, true);
+  }
+}
+
+TEST(PrefillGemm, TensorCoreBf16AndNvfp4MatchCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  for (auto [rows, out, in] :
+       {std::tuple{1, 64, 64}, {7, 200, 128}, {129, 129, 192}, {300, 520, 256}, {17, 8, 64}}) {
+    check_gemm(DType::kNVFP4, 0.37f, rows, out, in, false);
+    check_gemm(DType::kBF16, 0.5f, rows, out, in, true);  // scaled BF16 takes our kernel
+    check_gemm(DType::kBF16, 1.0f, rows, out, in, false);
+  }
+}
+
+TEST(PrefillGemm, DequantizedNvfp4ThroughCublasMatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  Gpu gpu;
+  for (auto [rows, out, in] : {std::tuple{1, 64, 64}, {33, 200, 192}, {300, 520, 256}}) {
+    SCOPED_TRACE(fmt::format("rows={} out={} in={}", rows, out, in));
+    const auto wbytes = random_weight(DType::kNVFP4, out, in, 31 + out);
+    const model::Linear lin{ConstTensorView(wbytes.data(), DType::kNVFP4, {out, in}), 0.37f};
+    const auto x = round_bf16(random_floats(int64_t(rows) * in, 17 + rows));
+    std::vector<float> want(int64_t(rows) * out);
+    ThreadPool pool(2);
+    cpu::linear(want.data(), x.data(), rows, lin, pool);
+    DeviceWeights owner;
+    auto ref = owner.add_linear(lin, nullptr);
+    ASSERT_TRUE(ref.has_value()) << ref.error().message;
+    DeviceArray<uint16_t> dw(int64_t(out) * in), dx(to_bf16_bits(x));
+    DeviceArray<float> dy(int64_t(rows) * out);
+    auto* wb = reinterpret_cast<__nv_bfloat16*>(dw.get());
+    dequantize_bf16(wb, *ref, nullptr);
+    const LinearRef b{DType::kBF16, out, in, 1, wb, nullptr, nullptr};
+    gemm(gpu.cublas, dy.get(), out, reinterpret_cast<const __nv_bfloat16*>(dx.get()), in, rows, b,
+         false, nullptr);
+    // The row scale is folded into the bf16 weights (2^-9 relative per weight), so the error
+    // scales with the outputs, not with each one: tolerance relative to max |want|.
+    double scale = 0;
+    for (float v : want) scale = std::max(scale, double(std::fabs(v)));
+    EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-2 * scale, 3e-2), 1.0);
+  }
+}
+
+TEST(PrefillGemm, RouterSgemmMatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  Gpu gpu;
+  for (auto [rows, out, in] : {std::tuple{1, 8, 64}, {129, 256, 200}}) {
+    SCOPED_TRACE(fmt::format("rows={} out={} in={}", rows, out, in));
+    const auto w = random_floats(int64_t(out) * in, 41, -0.5f, 0.5f);
+    const auto x = random_floats(int64_t(rows) * in, 42);
+    const model::Linear lin{ConstTensorView(w.data(), DType::kF32, {out, in}), 1.0f};
+    std::vector<float> want(int64_t(rows) * out);
+    ThreadPool pool(2);
+    cpu::linear(want.data(), x.data(), rows, lin, pool);
+    DeviceArray<float> dw(w), dx(x), dy(want.size());
+    gemm_f32(gpu.cublas, dy.get(), out, dx.get(), in, rows, dw.get(), out, in, nullptr);
+    EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-5, 1e-5), 1.0);
+  }
+}
+
+TEST(PrefillGemm, GatedMatchesCpuSwiGlu) {
+  FLINT_REQUIRE_GPU();
+  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+    for (auto [rows, inter, in] : {std::tuple{1, 64, 64}, {130, 200, 128}, {257, 512, 192}}) {
+      SCOPED_TRACE(fmt::format("dtype={} rows={} inter={} in={}", dt, rows, inter, in));
+      const auto gb = random_weight(dt, inter, in, 11), ub = random_weight(dt, inter, in, 12);
+      const model::Linear gl{ConstTensorView(gb.data(), dt, {inter, in}), 0.8f};
+      const model::Linear ul{ConstTensorView(ub.data(), dt, {inter, in}), 1.25f};
+      const auto x = round_bf16(random_floats(int64_t(rows) * in, 3 + rows));
+      std::vector<float> g(int64_t(rows) * inter), u(g.size()), want(g.size());
+      ThreadPool pool(2);
+      cpu::linear(g.data(), x.data(), rows, gl, pool);
+      cpu::linear(u.data(), x.data(), rows, ul, pool);
+      for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      DeviceWeights owner;
+      auto gr = owner.add_linear(gl, nullptr);
+      auto ur = owner.add_linear(ul, nullptr);
+      ASSERT_TRUE(gr.has_value() && ur.has_value());
+      DeviceArray<uint16_t> dx(to_bf16_bits(x)), dact(g.size());
+      gemm_gated(reinterpret_cast<__nv_bfloat16*>(dact.get()), inter,
+                 reinterpret_cast<const __nv_bfloat16*>(dx.get()), in, rows, *gr, *ur, nullptr);
+      const auto bits = dact.to_host();
+      std::vector<float> got(bits.size());
+      for (size_t i = 0; i < bits.size(); ++i) got[i] = bf16_to_f32(bits[i]);
+      EXPECT_LE(testing::worst_ratio(got, want, 1e-2, 1e-2), 1.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flint::cuda
