@@ -4,6 +4,9 @@
 # layer against them, run the GPU memory-plan unit tests, compare `flint generate` on the GPU with
 # the CPU, then run the OpenAI API tests (tests/python/server) against `flint serve --device cuda`.
 # Usage: FLINT_GPU_DEBS=.debs FLINT_GPU_WHL=.whl scripts/gpu-serve-tests.sh [pytest args...]
+# With FLINT_GPU_ALL=1 (scripts/gpu.sh everything) the same build also runs `ctest -L gpu` and
+# `flint bench` (arguments in FLINT_BENCH_ARGS, and FLINT_BENCH_ARGS2 for a second table) before the
+# server tests, so one device call checks and measures the whole tree.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -57,9 +60,27 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLINT_CUDA=ON -DFLI
   tail -40 "$out/build.log"; exit 1; }
 grep "flint:" "$out/build.log"
 grep -q "server ON" "$out/build.log" || { say "the server layer is off"; exit 1; }
-cmake --build "$build" -j "$(nproc)" --target flint cuda_tests >> "$out/build.log" 2>&1 || {
+targets=(flint cuda_tests)
+[[ "${FLINT_GPU_ALL:-0}" == 1 ]] && targets+=(gpu_tests decode_step_bench)
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >> "$out/build.log" 2>&1 || {
   grep -E "error|FAILED|undefined" "$out/build.log" | head -40; exit 1; }
+say "built in ${SECONDS}s"
 flint="$root/$build/src/cli/flint"
+if [[ "${FLINT_GPU_ALL:-0}" == 1 ]]; then
+  (cd "$build" && ctest -L gpu --output-on-failure --timeout 150 -j 4) > "$out/ctest.log" 2>&1
+  say "ctest -L gpu: $(grep -E "tests passed|tests failed" "$out/ctest.log")"
+  grep -E "^\s+[0-9]+ - " "$out/ctest.log" | head -20
+  timeout 120 "$build/tests/gpu_tests" --gtest_filter='CudaForward.*' > "$out/forward_detail.log" 2>&1
+  grep -E "worst|greedy|FAILED" "$out/forward_detail.log" | head -20
+  # shellcheck disable=SC2086
+  timeout 200 "$flint" bench --load-format dummy ${FLINT_BENCH_ARGS:-} > "$out/bench.md" 2> "$out/bench.log"
+  say "bench rc $? at ${SECONDS}s"
+  if [[ -n "${FLINT_BENCH_ARGS2:-}" ]]; then
+    # shellcheck disable=SC2086
+    timeout 60 "$flint" bench --load-format dummy $FLINT_BENCH_ARGS2 > "$out/bench2.md" 2>> "$out/bench.log"
+  fi
+  say "bench done at ${SECONDS}s"
+fi
 "$build/tests/cuda_tests" > "$out/cuda_tests.log" 2>&1
 say "cuda_tests: $(grep -E "PASSED|FAILED" "$out/cuda_tests.log" | tr '\n' ' ')"
 

@@ -2,6 +2,7 @@
 # The GPU machine's one call: configure and build the CUDA targets, run every GPU test
 # (`ctest -L gpu`), then `flint bench --load-format dummy`. Logs go to $OUT (or ./gpu-out).
 # Usage: scripts/gpu.sh [tests|bench|all] [extra bench args...]
+#        scripts/gpu.sh everything [pytest args...]: both of the above and serve-tests in one build.
 #        scripts/gpu.sh serve-tests [pytest args...]: `flint serve --device cuda` under the OpenAI API
 #        tests (tests/python/server), with the packages scripts/gpu-deps.sh fetched (see there).
 set -uo pipefail
@@ -12,6 +13,9 @@ out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
 if [[ "$what" == serve-tests ]]; then
   exec scripts/gpu-serve-tests.sh "$@"
+fi
+if [[ "$what" == everything ]]; then  # one build: GPU tests, FLINT_BENCH_ARGS bench, server tests
+  FLINT_GPU_ALL=1 exec scripts/gpu-serve-tests.sh "$@"
 fi
 build=build-gpu
 jobs="$(nproc)"
