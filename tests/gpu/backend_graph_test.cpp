@@ -56,8 +56,12 @@ void run_graph_vs_stream(const TinyOptions& o) {
     for (auto& x : t) x = static_cast<int32_t>(g() % V);
     return t;
   };
-  // Prefill of different lengths (un-captured).
-  for (int s = 0; s < kSeqs; ++s) steps.add(s, tokens(3 + 9 * s), false);
+  // Prefill of different lengths (un-captured). 25 tokens in all, so every step stays on the decode
+  // kernels (CudaForward::kPrefillMinTokens): the prefill path's BF16 activations can flip
+  // near-tied expert choices of these tiny random models and the 2e-3 bound against the CPU below
+  // would then measure that, not the graphs (tests/gpu/prefill_test.cpp covers the prefill path).
+  for (int s = 0; s < kSeqs; ++s) steps.add(s, tokens(1 + 2 * s), false);
+  static_assert(kSeqs * kSeqs <= CudaForward::kPrefillMinTokens);
   int64_t bit_diffs = 0;
   double worst = 0;
   for (int step = 0; step < 150; ++step) {
