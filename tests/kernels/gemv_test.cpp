@@ -14,27 +14,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::random_floats;
-
-// Random weight bytes for W[out, in] in `dt` (NVFP4: valid ggml blocks, UE4M3 scales 0x20-0x3f).
-std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
-  if (dt == DType::kF32) {
-    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
-    std::memcpy(bytes.data(), f.data(), bytes.size());
-  } else if (dt == DType::kBF16) {
-    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
-    for (int64_t i = 0; i < out * in; ++i) {
-      const uint16_t h = f32_to_bf16(f[i]);
-      std::memcpy(&bytes[2 * i], &h, 2);
-    }
-  } else {
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      bytes[i] = (i % 36) < 4 ? static_cast<uint8_t>(0x20 + g() % 0x20) : static_cast<uint8_t>(g());
-    }
-  }
-  return bytes;
-}
+using testing::random_weight;
 
 void check_gemv(DType dt, int rows, int64_t out, int64_t in, float scale) {
   SCOPED_TRACE(fmt::format("dtype={} rows={} out={} in={}", dt, rows, out, in));

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "backends/cuda/device.h"
+#include "core/dtype.h"
 
 // Skips the test on machines without a CUDA device (CI); the GPU machine runs `ctest -L gpu`.
 #define FLINT_REQUIRE_GPU()                                                   \
@@ -45,6 +47,30 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
   std::vector<float> v(n);
   for (float& x : v) x = d(g);
   return v;
+}
+
+// Random weight bytes for W[out, in] in `dt`: F32 and BF16 uniform in [-0.5, 0.5); NVFP4 valid ggml
+// blocks (4 UE4M3 scale bytes in [scale_lo, scale_lo + scale_span), then random E2M1 codes).
+inline std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed,
+                                          uint8_t scale_lo = 0x20, uint8_t scale_span = 0x20) {
+  std::mt19937_64 g(seed);
+  std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
+  if (dt == DType::kF32) {
+    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+  } else if (dt == DType::kBF16) {
+    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
+    for (int64_t i = 0; i < out * in; ++i) {
+      const uint16_t h = f32_to_bf16(f[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+    }
+  } else {
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      bytes[i] = (i % 36) < 4 ? static_cast<uint8_t>(scale_lo + g() % scale_span)
+                              : static_cast<uint8_t>(g());
+    }
+  }
+  return bytes;
 }
 
 // Largest |a - b| / (atol + rtol |b|); <= 1 means within tolerance.

@@ -17,24 +17,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::random_floats;
-
-// Random weight bytes for W[out, in] (NVFP4: valid ggml blocks, UE4M3 scales 0x20-0x3f).
-std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
-  if (dt == DType::kBF16) {
-    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
-    for (int64_t i = 0; i < out * in; ++i) {
-      const uint16_t h = ::flint::f32_to_bf16(f[i]);
-      std::memcpy(&bytes[2 * i], &h, 2);
-    }
-  } else {
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      bytes[i] = (i % 36) < 4 ? static_cast<uint8_t>(0x20 + g() % 0x20) : static_cast<uint8_t>(g());
-    }
-  }
-  return bytes;
-}
+using testing::random_weight;
 
 std::vector<float> round_bf16(std::vector<float> v) {
   for (float& x : v) x = bf16_to_f32(::flint::f32_to_bf16(x));

@@ -16,23 +16,7 @@ namespace {
 
 using testing::DeviceArray;
 using testing::random_floats;
-
-std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
-  if (dt == DType::kBF16) {
-    auto f = random_floats(out * in, seed, -0.5f, 0.5f);
-    for (int64_t i = 0; i < out * in; ++i) {
-      const uint16_t h = ::flint::f32_to_bf16(f[i]);
-      std::memcpy(&bytes[2 * i], &h, 2);
-    }
-  } else {
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      bytes[i] = (i % 36) < 4 ? static_cast<uint8_t>(0x18 + g() % 0x10) : static_cast<uint8_t>(g());
-    }
-  }
-  return bytes;
-}
+using testing::random_weight;
 
 TEST(PrefillMoe, GroupedExpertsMatchCpuLoop) {
   FLINT_REQUIRE_GPU();
@@ -43,9 +27,9 @@ TEST(PrefillMoe, GroupedExpertsMatchCpuLoop) {
                                      {300, 10, 4, 128, 192},
                                      {200, 3, 2, 64, 64}}) {
       SCOPED_TRACE(fmt::format("dtype={} T={} E={} slots={} I={} d={}", dt, T, E, slots, I, d));
-      const auto gb = random_weight(dt, int64_t(E) * I, d, 21);
-      const auto ub = random_weight(dt, int64_t(E) * I, d, 22);
-      const auto db = random_weight(dt, int64_t(E) * d, I, 23);
+      const auto gb = random_weight(dt, int64_t(E) * I, d, 21, 0x18, 0x10);
+      const auto ub = random_weight(dt, int64_t(E) * I, d, 22, 0x18, 0x10);
+      const auto db = random_weight(dt, int64_t(E) * d, I, 23, 0x18, 0x10);
       const model::Linear gl{ConstTensorView(gb.data(), dt, {int64_t(E) * I, d}), 0.9f};
       const model::Linear ul{ConstTensorView(ub.data(), dt, {int64_t(E) * I, d}), 1.1f};
       const model::Linear dl{ConstTensorView(db.data(), dt, {int64_t(E) * d, I}), 0.7f};

@@ -89,6 +89,19 @@ __nv_bfloat16* CudaForward::v_cache(int layer) const {
   return kv_.as<__nv_bfloat16>() + kv_offset_[layer] + kv_elems_[layer];
 }
 
+TokenKv CudaForward::token_kv(const StepPlan& plan) const {
+  return TokenKv{d_pos_,
+                 d_seq_,
+                 d_slots_,
+                 d_rings_,
+                 d_qsl_,
+                 d_seq_lens_,
+                 d_table_,
+                 plan.max_blocks_per_seq,
+                 static_cast<int>(spec_.page_size),
+                 static_cast<int>(w_.config().sliding_window)};
+}
+
 const int32_t* CudaForward::expert_ids(int layer) const {
   return d_ids_ + int64_t(layer) * cap_tokens_ * slots_;
 }
@@ -314,16 +327,7 @@ void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) 
     // The input RMSNorm is fused into the projection that reads the residual stream.
     gemv(ws_qkv_, qkv_cols, ws_h_, d, T, L.qkv, false, s, GemvNorm{L.attn_norm, eps});
     mark("qkv_proj");
-    TokenKv kv{d_pos_,
-               d_seq_,
-               d_slots_,
-               d_rings_,
-               d_qsl_,
-               d_seq_lens_,
-               d_table_,
-               plan.max_blocks_per_seq,
-               static_cast<int>(spec_.page_size),
-               static_cast<int>(c.sliding_window)};
+    const TokenKv kv = token_kv(plan);
     auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
     auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);
     const bool rope = c.layer_uses_rope[l];

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernels/kv_layout.h"
 #include "backends/cuda/kernels/moe_grouped.h"
 #include "backends/cuda/weights.h"
 #include "model/step.h"
@@ -107,6 +108,8 @@ class CudaForward {
   Status reserve(int num_tokens, int num_seqs, int64_t table_len, int num_logits);
   Status reserve_prefill(int num_tokens);
   Status prepare_prefill_weights();
+  // Where the uploaded step's tokens read and write the KV cache (device metadata views).
+  TokenKv token_kv(const StepPlan& plan) const;
   __nv_bfloat16* k_cache(int layer) const;
   __nv_bfloat16* v_cache(int layer) const;
 

@@ -160,16 +160,7 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
   mark("embedding");
   MoeRouting routing{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
                      w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
-  const TokenKv kv{d_pos_,
-                   d_seq_,
-                   d_slots_,
-                   d_rings_,
-                   d_qsl_,
-                   d_seq_lens_,
-                   d_table_,
-                   plan.max_blocks_per_seq,
-                   static_cast<int>(spec_.page_size),
-                   static_cast<int>(c.sliding_window)};
+  const TokenKv kv = token_kv(plan);
   auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
   auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

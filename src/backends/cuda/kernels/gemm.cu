@@ -12,6 +12,21 @@
 namespace flint::cuda {
 namespace {
 
+// Stores 16 floats as bf16 with two 16-byte writes (dst 16-byte aligned).
+__device__ __forceinline__ void store16_bf16(__nv_bfloat16* dst, const float* v) {
+  uint4 o0, o1;
+  o0.x = dev::pack_bf16(v[0], v[1]);
+  o0.y = dev::pack_bf16(v[2], v[3]);
+  o0.z = dev::pack_bf16(v[4], v[5]);
+  o0.w = dev::pack_bf16(v[6], v[7]);
+  o1.x = dev::pack_bf16(v[8], v[9]);
+  o1.y = dev::pack_bf16(v[10], v[11]);
+  o1.z = dev::pack_bf16(v[12], v[13]);
+  o1.w = dev::pack_bf16(v[14], v[15]);
+  *reinterpret_cast<uint4*>(dst) = o0;
+  *reinterpret_cast<uint4*>(dst + 8) = o1;
+}
+
 constexpr int kBM = kGemmTileRows;  // activation rows per block
 constexpr int kBN = 128;            // weight rows per block (gated: 64 gate + 64 up)
 constexpr int kBK = 64;
@@ -65,18 +80,7 @@ __global__ void dequantize_nvfp4_kernel(__nv_bfloat16* out, const LinearRef w, i
     v[j] = lut[b & 15u] * d;
     v[j + 8] = lut[b >> 4] * d;
   }
-  uint4 o0, o1;
-  o0.x = dev::pack_bf16(v[0], v[1]);
-  o0.y = dev::pack_bf16(v[2], v[3]);
-  o0.z = dev::pack_bf16(v[4], v[5]);
-  o0.w = dev::pack_bf16(v[6], v[7]);
-  o1.x = dev::pack_bf16(v[8], v[9]);
-  o1.y = dev::pack_bf16(v[10], v[11]);
-  o1.z = dev::pack_bf16(v[12], v[13]);
-  o1.w = dev::pack_bf16(v[14], v[15]);
-  __nv_bfloat16* dst = out + row * w.in + sb * 16;
-  *reinterpret_cast<uint4*>(dst) = o0;
-  *reinterpret_cast<uint4*>(dst + 8) = o1;
+  store16_bf16(out + row * w.in + sb * 16, v);
 }
 
 // The weight row behind smem row i of the tile (gated: rows 0-63 gate, 64-127 up), or -1.
@@ -183,17 +187,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
         v[j] = lut[b & 15u] * d;
         v[j + 8] = lut[b >> 4] * d;
       }
-      uint4 o0, o1;
-      o0.x = dev::pack_bf16(v[0], v[1]);
-      o0.y = dev::pack_bf16(v[2], v[3]);
-      o0.z = dev::pack_bf16(v[4], v[5]);
-      o0.w = dev::pack_bf16(v[6], v[7]);
-      o1.x = dev::pack_bf16(v[8], v[9]);
-      o1.y = dev::pack_bf16(v[10], v[11]);
-      o1.z = dev::pack_bf16(v[12], v[13]);
-      o1.w = dev::pack_bf16(v[14], v[15]);
-      *reinterpret_cast<uint4*>(dst + sb * 16) = o0;
-      *reinterpret_cast<uint4*>(dst + sb * 16 + 8) = o1;
+      store16_bf16(dst + sb * 16, v);
     }
   };
 
