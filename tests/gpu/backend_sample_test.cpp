@@ -88,10 +88,12 @@ TEST(CudaBackendSample, RejectsMismatchedParams) {
   EXPECT_FALSE(st);
 }
 
-// Wall time per decode step (what the engine sees) on a small model with Flint's vocabulary:
-// logits to the host versus device sampling, graphs on and off. Prints medians; checks nothing
-// beyond the steps succeeding.
-TEST(CudaBackendSample, StepTimesWithVocab150K) {
+// Sixty decode steps with Flint's vocabulary at batch 1, 8 and 64 (the largest graphed batch),
+// graphs on and off, with logits to the host and with top-k/top-p sampling on the device, every
+// sampled token fed back: each forward must succeed and each token must be a vocabulary id. It also
+// prints the median wall time per step of each variant (informative only: speed belongs to `flint
+// bench`).
+TEST(CudaBackendSample, DecodesAtVocab150KForBatchesUpTo64WithAndWithoutGraphs) {
   FLINT_REQUIRE_GPU();
   TinyOptions o;
   o.linear_dtype = DType::kBF16;
@@ -138,8 +140,10 @@ TEST(CudaBackendSample, StepTimesWithVocab150K) {
           }
           const auto t1 = std::chrono::steady_clock::now();
           if (step >= 10) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-          for (int s = 0; s < batch; ++s)
+          for (int s = 0; s < batch; ++s) {
+            ASSERT_TRUE(tokens[s] >= 0 && tokens[s] < V) << "token " << tokens[s];
             steps.add(s, std::span<const int32_t>(&tokens[s], 1), false);
+          }
         }
         std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
         std::printf("  batch %2d graphs %-3s %-22s: %8.1f us per step (median of %zu)\n", batch,
