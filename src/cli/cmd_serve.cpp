@@ -95,6 +95,8 @@ Result<int64_t> parse_human_int(const std::string& flag, const std::string& text
   return static_cast<int64_t>(v);
 }
 
+#ifdef FLINT_HAVE_CUDA
+// The GPU memory plan's description, a log line each.
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   size_t start = 0;
@@ -105,6 +107,7 @@ std::vector<std::string> split_lines(const std::string& text) {
   }
   return lines;
 }
+#endif
 
 // MODEL defaults to the bundled tiny model: under the working directory, or in the source tree
 // above the binary (build-*/src/cli/flint).

@@ -285,7 +285,7 @@ void EngineCore::record(std::vector<double>& v, double x) {
   v.push_back(x);
 }
 
-void EngineCore::on_token(Sequence* seq, int32_t token, std::span<const float> processed) {
+void EngineCore::on_token(Sequence* seq, int32_t token, PositionLogprobs* logprobs) {
   RequestState* req = seq->req;
   const SamplingParams& params = req->request.params;
   const auto now = Clock::now();
@@ -303,8 +303,7 @@ void EngineCore::on_token(Sequence* seq, int32_t token, std::span<const float> p
     seq->penalties.output_counts[token]++;
   seq->delta.new_token_ids.push_back(token);
   seq->delta.num_output_tokens = seq->num_output();
-  if (params.logprobs)
-    seq->delta.logprobs.push_back(compute_logprobs(processed, token, *params.logprobs));
+  if (logprobs != nullptr) seq->delta.logprobs.push_back(std::move(*logprobs));
   seq->has_delta = true;
   req->dirty = true;
 

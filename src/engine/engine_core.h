@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/kv_manager.h"
 #include "engine/logits_processor.h"
@@ -115,7 +116,12 @@ class EngineCore {
                             const std::vector<int>& sample_row);
   void process_results(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row,
                        const std::vector<int>& first_prompt_row);
-  void on_token(Sequence* seq, int32_t token, std::span<const float> processed_logits);
+  // Draws the token of each host-sampled row (sample_row >= 0, logits on the host) into
+  // host_tokens_ / host_logprobs_, the rows in parallel: each sequence has its own generator, so
+  // the tokens do not depend on the number of threads.
+  void sample_on_host(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row);
+  // Records a sampled token; `logprobs` (of the processed logits) when the request asked for them.
+  void on_token(Sequence* seq, int32_t token, PositionLogprobs* logprobs);
   void finish_seq(Sequence* seq, FinishReason reason);
   void fail_scheduled(const std::vector<Scheduled>& sched, const Error& error);
   void emit_outputs();
@@ -140,6 +146,12 @@ class EngineCore {
   std::vector<float> logits_;
   std::vector<model::DeviceSampling> device_params_;  // [num_logits] when sampling on the device
   std::vector<int32_t> sampled_;  // [num_logits] tokens sampled by the backend; empty: host path
+  // Host sampling: tokens and logprobs per scheduled entry, a processed-logits buffer per entry
+  // that needs one (min_tokens, logit_bias, penalties), and the threads that fill them.
+  std::vector<int32_t> host_tokens_;
+  std::vector<PositionLogprobs> host_logprobs_;
+  std::vector<std::vector<float>> host_scratch_;
+  std::unique_ptr<ThreadPool> sample_pool_;
 
   EngineStats counters_;
   LatencySamples samples_;

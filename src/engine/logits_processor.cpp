@@ -81,8 +81,13 @@ int32_t sample_token(std::span<const float> logits, const ResolvedSampling& s, R
   const int64_t vocab = static_cast<int64_t>(logits.size());
   FLINT_CHECK(vocab > 0, "sample: empty logits");
   int32_t best = 0;  // argmax, lowest id on ties
-  for (int64_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  float best_logit = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > best_logit) {
+      best_logit = logits[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
   if (s.temperature < 1e-5f || !std::isfinite(logits[best])) return best;
   // Unnormalised probabilities relative to the most likely token (which gets 1).
   const double inv_t = 1.0 / static_cast<double>(s.temperature);

@@ -180,8 +180,7 @@ void EngineCore::process_results(const std::vector<Scheduled>& sched,
                                  const std::vector<int>& first_prompt_row) {
   const size_t vocab = static_cast<size_t>(vocab_size_);
   const int page = config_.page_size;
-  std::vector<float> processed(sampled_.empty() ? vocab : 0);
-  std::vector<int32_t> stop_ids;
+  if (sampled_.empty()) sample_on_host(sched, sample_row);
   for (size_t i = 0; i < sched.size(); ++i) {
     Sequence* seq = sched[i].seq;
     if (seq->finished) continue;
@@ -211,19 +210,57 @@ void EngineCore::process_results(const std::vector<Scheduled>& sched,
     }
     if (sample_row[i] < 0) continue;
     if (!sampled_.empty()) {  // sampled on the device (fill_device_sampling)
-      on_token(seq, sampled_[sample_row[i]], {});
+      on_token(seq, sampled_[sample_row[i]], nullptr);
       continue;
     }
-    const float* row = logits_.data() + static_cast<size_t>(sample_row[i]) * vocab;
-    std::copy(row, row + vocab, processed.begin());
-    const SamplingParams& params = req->request.params;
-    stop_ids = params.stop_token_ids;
-    if (!params.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
-    apply_logits_processors(processed, params, req->sampling, seq->penalties, seq->num_output(),
-                            stop_ids);
-    const int32_t token = sample_token(processed, req->sampling, seq->rng);
-    on_token(seq, token, processed);
+    on_token(seq, host_tokens_[i], req->request.params.logprobs ? &host_logprobs_[i] : nullptr);
   }
+}
+
+void EngineCore::sample_on_host(const std::vector<Scheduled>& sched,
+                                const std::vector<int>& sample_row) {
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  host_tokens_.assign(sched.size(), -1);
+  host_logprobs_.resize(sched.size());
+  if (host_scratch_.size() < sched.size()) host_scratch_.resize(sched.size());
+  std::vector<size_t> rows;  // scheduled entries that sample a token
+  for (size_t i = 0; i < sched.size(); ++i)
+    if (!sched[i].seq->finished && sample_row[i] >= 0) rows.push_back(i);
+  auto sample_one = [&](size_t i) {
+    Sequence* seq = sched[i].seq;
+    const SamplingParams& params = seq->req->request.params;
+    const ResolvedSampling& sampling = seq->req->sampling;
+    std::span<const float> logits(logits_.data() + static_cast<size_t>(sample_row[i]) * vocab,
+                                  vocab);
+    // The processors change the logits only for min_tokens masking, logit_bias and penalties;
+    // otherwise the row is sampled where it lies.
+    const bool process = seq->num_output() < params.min_tokens || !params.logit_bias.empty() ||
+                         sampling.repetition_penalty != 1.0f || params.frequency_penalty != 0.0f ||
+                         params.presence_penalty != 0.0f;
+    if (process) {
+      std::vector<float>& processed = host_scratch_[i];
+      processed.assign(logits.begin(), logits.end());
+      std::vector<int32_t> stop_ids = params.stop_token_ids;
+      if (!params.ignore_eos) stop_ids.insert(stop_ids.end(), eos_ids_.begin(), eos_ids_.end());
+      apply_logits_processors(processed, params, sampling, seq->penalties, seq->num_output(),
+                              stop_ids);
+      logits = processed;
+    }
+    host_tokens_[i] = sample_token(logits, sampling, seq->rng);
+    if (params.logprobs)
+      host_logprobs_[i] = compute_logprobs(logits, host_tokens_[i], *params.logprobs);
+  };
+  if (rows.size() <= 1) {
+    for (size_t i : rows) sample_one(i);
+    return;
+  }
+  if (!sample_pool_) {
+    sample_pool_ = std::make_unique<ThreadPool>(
+        static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency()))));
+  }
+  sample_pool_->parallel_for(static_cast<int64_t>(rows.size()), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) sample_one(rows[static_cast<size_t>(r)]);
+  });
 }
 
 }  // namespace flint::engine

@@ -226,5 +226,46 @@ TEST(EngineCore, KvBudgetTooSmallIsAClearError) {
             std::string::npos);
 }
 
+// Host sampling draws the rows of a step in parallel; each sequence has its own generator, so a
+// seeded request's tokens and logprobs are the same whether it runs alone or among eleven others
+// (some with penalties, min_tokens or logit_bias, which sample from a processed copy of the row).
+TEST(EngineCore, SeededHostSamplingDoesNotDependOnTheBatch) {
+  auto mc = hybrid_config();
+  auto params = [](int i) {
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_p = i % 3 == 0 ? 0.8f : 1.0f;
+    p.top_k = i % 4 == 1 ? 3 : 0;
+    p.max_tokens = 10;
+    p.seed = 1000 + i;
+    p.logprobs = 2;
+    if (i % 5 == 2) p.presence_penalty = 0.7f;
+    if (i % 5 == 3) p.min_tokens = 6;
+    if (i % 5 == 4) p.logit_bias = {{3, 2.5f}};
+    return p;
+  };
+  constexpr int kRequests = 12;
+  Harness together = Harness::make(mc, small_engine(/*budget=*/256, /*max_seqs=*/kRequests));
+  for (int i = 0; i < kRequests; ++i)
+    ASSERT_TRUE(together.add("r" + std::to_string(i), make_prompt(3 + i, i), params(i)));
+  together.run();
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE(i);
+    Harness alone = Harness::make(mc, small_engine(/*budget=*/256, /*max_seqs=*/1));
+    ASSERT_TRUE(alone.add("r", make_prompt(3 + i, i), params(i)));
+    alone.run();
+    const Collected& a = alone.results["r"];
+    const Collected& t = together.results["r" + std::to_string(i)];
+    ASSERT_TRUE(a.finished && t.finished);
+    EXPECT_EQ(t.tokens.at(0), a.tokens.at(0));
+    ASSERT_EQ(t.logprobs.at(0).size(), a.logprobs.at(0).size());
+    for (size_t k = 0; k < a.logprobs.at(0).size(); ++k) {
+      EXPECT_EQ(t.logprobs.at(0)[k].token_id, a.logprobs.at(0)[k].token_id);
+      EXPECT_EQ(t.logprobs.at(0)[k].logprob, a.logprobs.at(0)[k].logprob);
+      EXPECT_EQ(t.logprobs.at(0)[k].top, a.logprobs.at(0)[k].top);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flint::engine::testing
