@@ -9,7 +9,7 @@
 #include "backends/cpu/forward.h"
 #include "backends/cuda/cuda_backend.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/unit/cpu/tiny_model.h"
+#include "tests/support/tiny_model.h"
 
 namespace flint::cuda {
 namespace {

@@ -15,7 +15,7 @@
 #include "backends/cuda/weights.h"
 #include "core/thread_pool.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/unit/cpu/tiny_model.h"
+#include "tests/support/tiny_model.h"
 
 namespace flint::cuda {
 namespace {

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <random>
 
-#include "tiny_model.h"
+#include "tests/support/tiny_model.h"
 
 namespace flint::cpu {
 namespace {

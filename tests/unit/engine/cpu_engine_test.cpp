@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "backends/cpu/forward.h"
-#include "tests/unit/cpu/tiny_model.h"
+#include "tests/support/tiny_model.h"
 #include "tests/unit/engine/engine_test_util.h"
 
 namespace flint::engine::testing {

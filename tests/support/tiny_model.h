@@ -1,5 +1,6 @@
-// Tiny random Flint models built in memory for the CPU backend tests, and a writer of the same
-// stored values to safetensors for the NumPy reference (tests/reference/flint_ref.py).
+// Tiny random Flint models built in memory for the CPU, CUDA and engine tests (one set of weights
+// for every backend), and a writer of the same stored values to safetensors for the NumPy
+// reference (tests/reference/flint_ref.py).
 #pragma once
 
 #include <cstdint>
