@@ -377,9 +377,47 @@ model::FlintConfig flint_full_config() {
   return c;
 }
 
+Status validate_bench_options(const model::FlintConfig& config, const BenchOptions& opt) {
+  auto bad = [](fmt::string_view f, auto&&... a) {
+    return Error{ErrorCode::kInvalidArgument, fmt::vformat(f, fmt::make_format_args(a...))};
+  };
+  constexpr int kMaxBatch = 4096;
+  const int64_t max_len = config.max_position_embeddings;
+  if (opt.dtypes.empty()) return bad("--dtype needs at least one of nvfp4, bf16");
+  for (const std::string& d : opt.dtypes) {
+    if (d != "nvfp4" && d != "bf16") return bad("--dtype must be nvfp4 or bf16, got '{}'", d);
+  }
+  if (opt.batches.empty() && opt.prefill_lengths.empty()) {
+    return bad("nothing to measure: give --batch or --prefill");
+  }
+  for (int b : opt.batches) {
+    if (b < 1 || b > kMaxBatch) return bad("--batch must be in [1, {}], got {}", kMaxBatch, b);
+  }
+  if (!opt.batches.empty() && opt.contexts.empty())
+    return bad("--context needs at least one value");
+  for (int64_t c : opt.contexts) {
+    if (c < 1 || c > max_len) return bad("--context must be in [1, {}], got {}", max_len, c);
+  }
+  for (int64_t n : opt.prefill_lengths) {
+    if (n < 1 || n > max_len) return bad("--prefill must be in [1, {}], got {}", max_len, n);
+  }
+  if (opt.prefill_chunk < 1 || opt.prefill_chunk > max_len) {
+    return bad("--prefill-chunk must be in [1, {}], got {}", max_len, opt.prefill_chunk);
+  }
+  if (opt.prefill_runs < 1)
+    return bad("--prefill-runs must be at least 1, got {}", opt.prefill_runs);
+  if (opt.steps < 1) return bad("--steps must be at least 1, got {}", opt.steps);
+  if (opt.warmup < 0) return bad("--warmup must be at least 0, got {}", opt.warmup);
+  if (!(opt.gpu_memory_utilization > 0.0 && opt.gpu_memory_utilization <= 1.0)) {
+    return bad("--gpu-memory-utilization must be in (0, 1], got {}", opt.gpu_memory_utilization);
+  }
+  return ok();
+}
+
 Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& opt) {
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<PrefillRow> prefill_rows;
+  FLINT_TRY(validate_bench_options(config, opt));
   if (!device_available()) return make_error(ErrorCode::kUnavailable, "no CUDA device available");
   cudaStream_t s;
   FLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -28,6 +28,11 @@ struct BenchOptions {
 // The published Flint shape (spec sections 1 and 7.2), for dummy weights.
 model::FlintConfig flint_full_config();
 
+// Rejects options that cannot run (kInvalidArgument naming the flag): empty lists, batch sizes,
+// contexts, prompt lengths or chunks out of range, no timed steps or runs, a utilization outside
+// (0, 1]. run_decode_bench calls it first; it needs no device.
+Status validate_bench_options(const model::FlintConfig& config, const BenchOptions& opt);
+
 // Runs the benchmark and prints a markdown table to stdout; progress goes to the log.
 Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& opt);
 

@@ -1,0 +1,89 @@
+// `flint bench` option checks, on the CPU: every option that cannot run is refused up front with
+// the flag named, before any device work. Partner: src/backends/cuda/bench.cpp.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/bench.h"
+
+namespace flint::cuda {
+namespace {
+
+TEST(BenchOptions, DefaultsAndTheDocumentedRunAreValid) {
+  const model::FlintConfig c = flint_full_config();
+  EXPECT_TRUE(validate_bench_options(c, BenchOptions{}));
+  BenchOptions o;
+  o.batches = {1, 8, 64};
+  o.contexts = {1024, 32768, 102400, 262144};
+  o.prefill_lengths = {1024, 8192, 102400};
+  o.prefill_chunk = 32768;
+  o.prefill_runs = 1;
+  o.warmup = 0;
+  o.gpu_memory_utilization = 1.0;
+  EXPECT_TRUE(validate_bench_options(c, o));
+  o.batches.clear();  // prefill only
+  EXPECT_TRUE(validate_bench_options(c, o));
+}
+
+TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
+  const model::FlintConfig c = flint_full_config();
+  struct Case {
+    std::string flag;
+    std::function<void(BenchOptions&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"--dtype", [](BenchOptions& o) { o.dtypes.clear(); }},
+      {"--dtype",
+       [](BenchOptions& o) {
+         o.dtypes = {"nvfp4", "fp8"};
+       }},
+      {"--batch",
+       [](BenchOptions& o) {
+         o.batches = {1, 0};
+       }},
+      {"--batch", [](BenchOptions& o) { o.batches = {-3}; }},
+      {"--batch", [](BenchOptions& o) { o.batches = {100000}; }},
+      {"--context", [](BenchOptions& o) { o.contexts.clear(); }},
+      {"--context",
+       [](BenchOptions& o) {
+         o.contexts = {1024, 0};
+       }},
+      {"--context", [](BenchOptions& o) { o.contexts = {262145}; }},
+      {"--prefill", [](BenchOptions& o) { o.prefill_lengths = {-1}; }},
+      {"--prefill", [](BenchOptions& o) { o.prefill_lengths = {int64_t{1} << 40}; }},
+      {"--prefill-chunk", [](BenchOptions& o) { o.prefill_chunk = 0; }},
+      {"--prefill-chunk", [](BenchOptions& o) { o.prefill_chunk = -8192; }},
+      {"--prefill-runs", [](BenchOptions& o) { o.prefill_runs = 0; }},
+      {"--steps", [](BenchOptions& o) { o.steps = 0; }},
+      {"--warmup", [](BenchOptions& o) { o.warmup = -1; }},
+      {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 0.0; }},
+      {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 1.5; }},
+      {"--batch or --prefill",
+       [](BenchOptions& o) {
+         o.batches.clear();
+         o.prefill_lengths.clear();
+       }},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    BenchOptions o;
+    cases[i].edit(o);
+    const Status st = validate_bench_options(c, o);
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.error().message.find(cases[i].flag), std::string::npos) << st.error().message;
+  }
+}
+
+TEST(BenchOptions, RunRefusesBadOptionsBeforeLookingForADevice) {
+  BenchOptions o;
+  o.prefill_chunk = 0;  // would loop forever if it ran
+  const Status st = run_decode_bench(flint_full_config(), o);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace flint::cuda
