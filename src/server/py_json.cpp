@@ -1,49 +1,16 @@
 // Python-compatible JSON text for tool-call arguments.
 #include "server/py_json.h"
 
-#include <fmt/format.h>
-
 #include <cmath>
+
+#include "tokenizer/jinja/value.h"
 
 namespace flint::server {
 
 std::string py_json_string(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  out += '"';
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          out += fmt::format("\\u{:04x}", c);
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
+  tokenizer::jinja::append_json_string(out, std::string(s), /*ensure_ascii=*/false);
   return out;
 }
 

@@ -9,7 +9,8 @@
 
 namespace flint::server {
 
-// A JSON string literal for `s` (quotes included); non-ASCII bytes pass through unchanged.
+// A JSON string literal for `s` (quotes included); non-ASCII text passes through unchanged,
+// invalid UTF-8 becomes U+FFFD.
 std::string py_json_string(std::string_view s);
 // json.dumps of a parsed value.
 std::string py_json_dumps(const nlohmann::ordered_json& j);

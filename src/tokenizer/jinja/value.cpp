@@ -484,9 +484,7 @@ std::string to_str(const Value& v) {
   return "";
 }
 
-namespace {
-
-void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
+void append_json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   for (uint32_t cp : decode_utf8(s)) {
     switch (cp) {
@@ -527,6 +525,8 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
 }
 
+namespace {
+
 Status json_value(std::string& out, const Value& v, const JsonOptions& o, int depth) {
   if (depth > 512) return make_error(ErrorCode::kInvalidArgument, "tojson: nesting too deep");
   auto newline = [&](int d) {
@@ -553,7 +553,7 @@ Status json_value(std::string& out, const Value& v, const JsonOptions& o, int de
         out += python_float_repr(v.f);
       return ok();
     case Kind::kString:
-      json_string(out, *v.s, o.ensure_ascii);
+      append_json_string(out, *v.s, o.ensure_ascii);
       return ok();
     case Kind::kList: {
       if (!v.list->view.empty()) {
@@ -604,7 +604,7 @@ Status json_value(std::string& out, const Value& v, const JsonOptions& o, int de
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += o.item_sep;
         newline(depth + 1);
-        json_string(out, items[k].first, o.ensure_ascii);
+        append_json_string(out, items[k].first, o.ensure_ascii);
         out += o.key_sep;
         FLINT_TRY(json_value(out, *items[k].second, o, depth + 1));
       }

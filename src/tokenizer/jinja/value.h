@@ -131,6 +131,9 @@ struct JsonOptions {
 };
 // Python json.dumps. Errors on values JSON cannot hold (Undefined, callables, namespaces).
 Result<std::string> to_json(const Value& v, const JsonOptions& options);
+// Appends `s` as a JSON string literal (quotes included) as json.dumps writes it; invalid UTF-8
+// becomes U+FFFD. Also the server's tool-call arguments (server/py_json.h).
+void append_json_string(std::string& out, const std::string& s, bool ensure_ascii);
 
 // UTF-8 helpers: strings are indexed by code point, as in Python.
 std::vector<uint32_t> decode_utf8(const std::string& s);

@@ -235,6 +235,15 @@ TEST(PyJson, DumpsWithPythonSeparators) {
   EXPECT_EQ(py_json_dumps(j), R"({"z": 1, "a": [true, {"k": "v"}], "f": 2.0})");
 }
 
+// Expected text from Python: json.dumps("a\"b\\c\n\t\x01\x1f\x7f é😀\b\f\r", ensure_ascii=False).
+TEST(PyJson, StringEscapesAsPythonAndKeepsNonAscii) {
+  EXPECT_EQ(py_json_string("a\"b\\c\n\t\x01\x1f\x7f é😀\b\f\r"),
+            "\"a\\\"b\\\\c\\n\\t\\u0001\\u001f\x7f é😀\\b\\f\\r\"");
+  EXPECT_EQ(py_json_string(""), "\"\"");
+  // A byte that is not UTF-8 cannot pass into JSON text: it becomes U+FFFD.
+  EXPECT_EQ(py_json_string("x\xffy"), "\"x\xef\xbf\xbdy\"");
+}
+
 TEST(Glm47Reasoning, SplitsAtThinkClose) {
   auto r = glm47_split_reasoning("I should answer.</think>Hello!", true);
   EXPECT_EQ(r.reasoning, "I should answer.");
