@@ -148,6 +148,7 @@ class EngineCore {
   std::vector<int32_t> sampled_;  // [num_logits] tokens sampled by the backend; empty: host path
   // Host sampling: tokens and logprobs per scheduled entry, a processed-logits buffer per entry
   // that needs one (min_tokens, logit_bias, penalties), and the threads that fill them.
+  std::vector<size_t> host_rows_;  // scheduled entries sampled on the host this step
   std::vector<int32_t> host_tokens_;
   std::vector<PositionLogprobs> host_logprobs_;
   std::vector<std::vector<float>> host_scratch_;

@@ -223,7 +223,8 @@ void EngineCore::sample_on_host(const std::vector<Scheduled>& sched,
   host_tokens_.assign(sched.size(), -1);
   host_logprobs_.resize(sched.size());
   if (host_scratch_.size() < sched.size()) host_scratch_.resize(sched.size());
-  std::vector<size_t> rows;  // scheduled entries that sample a token
+  std::vector<size_t>& rows = host_rows_;  // scheduled entries that sample a token
+  rows.clear();
   for (size_t i = 0; i < sched.size(); ++i)
     if (!sched[i].seq->finished && sample_row[i] >= 0) rows.push_back(i);
   auto sample_one = [&](size_t i) {
