@@ -32,6 +32,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--prefill-chunk", opts->bench.prefill_chunk, "Tokens per prefill step");
   cmd->add_option("--prefill-runs", opts->bench.prefill_runs, "Timed runs per prompt length");
   cmd->add_option("--warmup", opts->bench.warmup, "Untimed steps per configuration");
+  cmd->add_option("--decode-path", opts->bench.decode_path,
+                  "Decode steps of up to 8 sequences: layered (a launch per op, as serve runs "
+                  "them) or persistent (the experimental one-kernel path)")
+      ->check(CLI::IsMember({"persistent", "layered"}));
   cmd->add_option("--gpu-memory-utilization", opts->bench.gpu_memory_utilization,
                   "Fraction of GPU memory the benchmark may use");
   cmd->callback([opts, &exit_code] {

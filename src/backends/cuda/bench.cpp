@@ -138,7 +138,40 @@ struct Row {
   float ms_graph, ms_stream;
   double gb_weights, gb_kv, floor_gbs;
   std::vector<std::pair<std::string, float>> ops;  // per-op ms of one un-captured step
+  std::string path;                                // the decode path the step took
+  // Persistent path: block 0's work and barrier wait per phase kind, ms summed over the layers.
+  std::vector<std::pair<std::string, float>> phases, waits;
 };
+
+// Sums a persistent step's phase times (CudaForward::trace_persistent) by phase kind, in ms:
+// block 0's work in each phase and, with `wait`, its time in the barrier after it.
+std::vector<std::pair<std::string, float>> phase_totals(const model::FlintConfig& c,
+                                                        const std::vector<double>& ns, bool wait) {
+  std::vector<std::pair<std::string, float>> out;
+  auto add = [&](const std::string& name, double v) {
+    for (auto& [n, ms] : out) {
+      if (n == name) {
+        ms += static_cast<float>(v * 1e-6);
+        return;
+      }
+    }
+    out.emplace_back(name, static_cast<float>(v * 1e-6));
+  };
+  size_t i = wait ? 1 : 0;
+  for (int64_t l = 0; l < c.num_hidden_layers && i < ns.size(); ++l) {
+    const bool dense = c.layer_is_dense[l];
+    const std::string attn = c.is_sliding(l) ? "attention_sliding" : "attention_full";
+    const std::vector<std::string> names =
+        dense ? std::vector<std::string>{"qkv_proj", attn, "o_proj", "dense_gate_up", "dense_down"}
+              : std::vector<std::string>{"qkv_proj",   attn,          "o_proj",
+                                         "moe_router", "moe_gate_up", "moe_down"};
+    for (const std::string& n : names) {
+      if (i < ns.size()) add(n, ns[i]);
+      i += 2;
+    }
+  }
+  return out;
+}
 
 Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batch, int64_t ctx,
                       const BenchOptions& opt, double floor_gbs, cudaStream_t s) {
@@ -149,6 +182,7 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   spec.num_pages = blocks_per_seq * batch;
   spec.num_rings = batch;
   FLINT_ASSIGN_OR_RETURN(auto fwd, CudaForward::create(w, spec));
+  fwd->set_persistent_decode(opt.decode_path == "persistent");
   fwd->fill_kv_random(opt.seed + 7, s);
   model::StepInput st;
   st.max_blocks_per_seq = static_cast<int32_t>(blocks_per_seq);
@@ -211,14 +245,36 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   cudaEventDestroy(b);
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
   const StepBytes bytes = step_bytes(w, *fwd, batch, ctx);
-  std::vector<std::pair<std::string, float>> ops;
+  std::vector<std::pair<std::string, float>> ops, phases, waits;
   {
     EventTimer timer(s);
     fwd->enqueue(plan, s, &timer);
     ops = timer.totals();
   }
-  return Row{dtype,          batch,     ctx, ms_graph, ms_stream, bytes.weights / 1e9,
-             bytes.kv / 1e9, floor_gbs, ops};
+  if (plan.persistent) {
+    std::vector<double> best;  // the fastest of 5 traced steps
+    for (int i = 0; i < 5; ++i) {
+      FLINT_ASSIGN_OR_RETURN(std::vector<double> t, fwd->trace_persistent(plan, s));
+      double sum = 0, best_sum = 0;
+      for (double v : t) sum += v;
+      for (double v : best) best_sum += v;
+      if (best.empty() || sum < best_sum) best = std::move(t);
+    }
+    phases = phase_totals(c, best, false);
+    waits = phase_totals(c, best, true);
+  }
+  return Row{dtype,
+             batch,
+             ctx,
+             ms_graph,
+             ms_stream,
+             bytes.weights / 1e9,
+             bytes.kv / 1e9,
+             floor_gbs,
+             ops,
+             plan.persistent ? "persistent" : "layered",
+             phases,
+             waits};
 }
 
 // Seconds since this process started (Linux: /proc/self/stat start time against /proc/uptime).
@@ -390,6 +446,9 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
   if (opt.batches.empty() && opt.prefill_lengths.empty()) {
     return bad("nothing to measure: give --batch or --prefill");
   }
+  if (opt.decode_path != "persistent" && opt.decode_path != "layered") {
+    return bad("--decode-path must be persistent or layered, got '{}'", opt.decode_path);
+  }
   for (int b : opt.batches) {
     if (b < 1 || b > kMaxBatch) return bad("--batch must be in [1, {}], got {}", kMaxBatch, b);
   }
@@ -502,19 +561,21 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
   fmt::print("GPU: {}; read-stream floor {:.0f} GB/s (4 GiB, median of 10)\n\n", prop.name,
              floor_gbs);
   fmt::print(
-      "| weights | batch | context | ms/step (graph) | ms/step (no graph) | weights GB | "
+      "| weights | batch | context | path | ms/step (graph) | ms/step (no graph) | weights GB | "
       "KV GB | floor ms | achieved GB/s | of floor |\n");
-  fmt::print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     const double gb = r.gb_weights + r.gb_kv;
     const float ms = r.ms_graph > 0 ? r.ms_graph : r.ms_stream;
     const double floor_ms = gb / r.floor_gbs * 1e3;
-    fmt::print("| {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.0f} | {:.0f}% |\n",
-               r.dtype, r.batch, r.ctx, r.ms_graph, r.ms_stream, r.gb_weights, r.gb_kv, floor_ms,
-               gb / ms * 1e3, 100.0 * floor_ms / ms);
+    fmt::print(
+        "| {} | {} | {} | {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {:.0f} | {:.0f}% |\n",
+        r.dtype, r.batch, r.ctx, r.path, r.ms_graph, r.ms_stream, r.gb_weights, r.gb_kv, floor_ms,
+        gb / ms * 1e3, 100.0 * floor_ms / ms);
   }
   fmt::print(
-      "\nPer-op time of one un-captured step (events between ops; includes launch gaps), ms:\n\n");
+      "\nPer-op time of one un-captured step of the layered path (events between ops; includes "
+      "launch gaps), ms:\n\n");
   {
     std::vector<std::vector<std::pair<std::string, float>>> ops;
     std::vector<std::string> labels;
@@ -523,6 +584,22 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
       labels.push_back(fmt::format("{} | {} | {}", r.dtype, r.batch, r.ctx));
     }
     print_ops_table(ops, labels, "weights | batch | context", 3);
+  }
+  for (const bool wait : {false, true}) {
+    std::vector<std::vector<std::pair<std::string, float>>> phases;
+    std::vector<std::string> labels;
+    for (const Row& r : rows) {
+      if (r.phases.empty()) continue;
+      phases.push_back(wait ? r.waits : r.phases);
+      labels.push_back(fmt::format("{} | {} | {}", r.dtype, r.batch, r.ctx));
+    }
+    if (phases.empty()) break;
+    fmt::print("{}", wait ? "\nPersistent kernel: block 0's wait in the grid barrier after each "
+                            "phase kind, summed over the layers, ms:\n\n"
+                          : "\nPersistent kernel: block 0's work per phase kind (barrier exit to "
+                            "the next arrival), summed over the layers, fastest of 5 traced steps, "
+                            "ms:\n\n");
+    print_ops_table(phases, labels, "weights | batch | context", 3);
   }
   fmt::print("\n");
   if (!prefill_rows.empty()) {
@@ -583,6 +660,8 @@ int decode_bench_main(int argc, char** argv) {
       opt.prefill_chunk = std::atoi(argv[i + 1]);
     } else if (k == "--prefill-runs") {
       opt.prefill_runs = std::atoi(argv[i + 1]);
+    } else if (k == "--decode-path") {
+      opt.decode_path = argv[i + 1];
     } else {
       fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
       return 2;

@@ -19,6 +19,9 @@ struct BenchOptions {
   std::vector<int64_t> prefill_lengths = {1024, 8192, 102400};  // prompt tokens; empty: none
   int prefill_chunk = 8192;  // tokens per step, as the engine's chunked prefill
   int prefill_runs = 3;      // timed runs per prompt (median), after one warm-up prompt
+  // Decode steps of up to 8 sequences: "layered" (a launch per op, what serve runs) or
+  // "persistent" (the experimental one-kernel path, when the model allows it).
+  std::string decode_path = "layered";
   int warmup = 5;
   int steps = 40;
   double gpu_memory_utilization = 0.95;

@@ -54,6 +54,7 @@ Status CudaBackend::init_kv_cache(const model::KvCacheSpec& spec) {
   clear_graphs();
   fwd_.reset();
   FLINT_ASSIGN_OR_RETURN(fwd_, CudaForward::create(weights_, spec));
+  fwd_->set_persistent_decode(persistent_on_);
   // Room for the largest graphed decode step up front (tables of up to 64 pages per sequence);
   // a later step that needs more moves the buffers once and the graphs are captured again.
   FLINT_TRY(fwd_->reserve_capacity(kMaxGraphSeqs, kMaxGraphSeqs, int64_t(kMaxGraphSeqs) * 64,

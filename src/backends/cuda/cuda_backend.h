@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/forward.h"
@@ -44,6 +45,21 @@ class CudaBackend final : public model::Backend {
   };
   GraphStats graph_stats() const;
 
+  // Decode steps of up to kPersistentMaxRows sequences run every layer in one persistent kernel
+  // when the model allows it; off (the default), the layered path (a launch per op). See
+  // CudaForward::set_persistent_decode.
+  void set_persistent_decode(bool on) {
+    persistent_on_ = on;
+    if (fwd_) fwd_->set_persistent_decode(on);
+  }
+  // After init_kv_cache: whether the persistent kernel can run this model (else why not), and how
+  // many steps took it so far.
+  bool persistent_decode_available() const { return fwd_ && fwd_->persistent_decode_available(); }
+  std::string persistent_decode_unavailable_reason() const {
+    return fwd_ ? fwd_->persistent_decode_unavailable_reason() : "no KV cache yet";
+  }
+  int64_t persistent_steps() const { return fwd_ ? fwd_->persistent_steps() : 0; }
+
   static constexpr int kMaxGraphSeqs = 64;
   static constexpr size_t kMaxGraphs = 512;  // least recently used graphs go beyond this
 
@@ -67,6 +83,7 @@ class CudaBackend final : public model::Backend {
   std::unique_ptr<CudaForward> fwd_;
 
   bool graphs_enabled_ = true;
+  bool persistent_on_ = false;
   std::vector<CachedGraph> graphs_;
   uint64_t graphs_generation_ = 0;  // fwd_->buffer_generation() the cached graphs were made at
   uint64_t use_clock_ = 0;

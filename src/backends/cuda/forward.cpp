@@ -72,7 +72,104 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   for (cudaEvent_t& e : f->staged_) {
     FLINT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
+  FLINT_TRY(f->prepare_persistent());
   return f;
+}
+
+Status CudaForward::prepare_persistent() {
+  const model::FlintConfig& c = w_.config();
+  const int L = static_cast<int>(c.num_hidden_layers);
+  std::vector<PersistentLayer> table(static_cast<size_t>(L));
+  bool separate_shared = false;
+  for (int l = 0; l < L; ++l) {
+    const DeviceLayer& d = w_.layers()[l];
+    PersistentLayer& p = table[l];
+    p.qkv = d.qkv;
+    p.o = d.o;
+    p.gate = d.gate;
+    p.up = d.up;
+    p.down = d.down;
+    p.router = d.router;
+    p.exp_gate = d.exp_gate;
+    p.exp_up = d.exp_up;
+    p.exp_down = d.exp_down;
+    p.attn_norm = d.attn_norm;
+    p.ffn_norm = d.ffn_norm;
+    p.q_norm = d.q_norm;
+    p.k_norm = d.k_norm;
+    p.sinks = d.sinks;
+    p.expert_bias = d.expert_bias;
+    p.k_cache = k_cache(l);
+    p.v_cache = v_cache(l);
+    p.sliding = c.is_sliding(l);
+    p.rope = c.layer_uses_rope[l];
+    p.dense = c.layer_is_dense[l];
+    separate_shared = separate_shared || d.has_separate_shared;
+  }
+  if (separate_shared) {
+    persistent_shape_.why = "a shared expert that is not sliced into the expert stacks";
+    return ok();
+  }
+  PersistentDecodeArgs a;
+  a.hidden = c.hidden_size;
+  a.num_heads = static_cast<int>(c.num_heads);
+  a.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  a.head_dim = static_cast<int>(c.head_dim);
+  a.routing = MoeRouting{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
+                         w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+  persistent_shape_ = persistent_decode_shape(table.data(), L, a);
+  if (!persistent_shape_.ok) return ok();
+  auto t = DeviceBuffer::allocate(table.size() * sizeof(PersistentLayer));
+  if (!t) return t.error().with_context("allocating the persistent kernel's layer table");
+  persistent_layers_ = std::move(t).value();
+  FLINT_CUDA_CHECK(cudaMemcpy(persistent_layers_.data(), table.data(), persistent_layers_.size(),
+                              cudaMemcpyHostToDevice));
+  auto b = DeviceBuffer::allocate(2 * sizeof(uint32_t));
+  if (!b) return b.error().with_context("allocating the grid barrier");
+  persistent_barrier_ = std::move(b).value();
+  FLINT_CUDA_CHECK(cudaMemset(persistent_barrier_.data(), 0, persistent_barrier_.size()));
+  return ok();
+}
+
+void CudaForward::enqueue_persistent(const StepPlan& plan, cudaStream_t s, uint64_t* trace) {
+  const model::FlintConfig& c = w_.config();
+  const int T = plan.num_tokens;
+  const int64_t d = c.hidden_size, D = c.head_dim;
+  embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
+  PersistentDecodeArgs a;
+  a.layers = persistent_layers_.as<PersistentLayer>();
+  a.num_layers = static_cast<int>(c.num_hidden_layers);
+  a.num_rows = T;
+  a.hidden = d;
+  a.num_heads = static_cast<int>(c.num_heads);
+  a.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  a.head_dim = static_cast<int>(D);
+  a.eps = c.rms_norm_eps;
+  a.attn_scale =
+      c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  a.rope_theta = c.rope_theta;
+  a.full_splits = plan.full_splits;
+  a.sliding_splits = plan.sliding_splits;
+  a.routing = MoeRouting{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
+                         w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+  a.kv = token_kv(plan);
+  a.h = ws_h_;
+  a.qkv = ws_qkv_;
+  a.attn = ws_attn_;
+  a.act = ws_act_;
+  a.logits = ws_rlogits_;
+  a.weights = ws_rw_;
+  a.ids = d_ids_;
+  a.ids_layer_stride = int64_t(cap_tokens_) * slots_;
+  a.attn_part = ws_attn_part_;
+  a.attn_counters = attn_counters_.as<int32_t>();
+  a.barrier = persistent_barrier_.as<uint32_t>();
+  a.trace = trace;
+  persistent_decode(a, persistent_shape_, s);
+  if (plan.num_logits > 0) {
+    gemv(ws_logits_, c.vocab_size, ws_h_, d, plan.num_logits, w_.lm_head(), false, s,
+         GemvNorm{w_.final_norm(), c.rms_norm_eps}, d_logit_rows_);
+  }
 }
 
 CudaForward::~CudaForward() {
@@ -264,6 +361,9 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
     if (e == b) plan.decode = false;  // a sequence with no new token
   }
   const int Hkv = static_cast<int>(c.num_kv_heads);
+  plan.persistent =
+      plan.decode && persistent_on_ && persistent_shape_.ok && T <= kPersistentMaxRows;
+  persistent_steps_ += plan.persistent;
   plan.full_splits = decode_attention_splits(
       T, Hkv, key_bucket(max_full_keys, std::numeric_limits<int32_t>::max()), num_sms_);
   plan.sliding_splits =
@@ -305,8 +405,29 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   return plan;
 }
 
+Result<std::vector<double>> CudaForward::trace_persistent(const StepPlan& plan, cudaStream_t s) {
+  if (!plan.persistent) {
+    return make_error(ErrorCode::kInvalidArgument, "trace_persistent: not a persistent step");
+  }
+  const size_t n = 2 + 12 * static_cast<size_t>(w_.config().num_hidden_layers);
+  FLINT_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::allocate(n * sizeof(uint64_t)));
+  FLINT_CUDA_CHECK(cudaMemsetAsync(buf.data(), 0, buf.size(), s));
+  enqueue_persistent(plan, s, buf.as<uint64_t>());
+  std::vector<uint64_t> t(n);
+  FLINT_CUDA_CHECK(cudaMemcpyAsync(t.data(), buf.data(), buf.size(), cudaMemcpyDeviceToHost, s));
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> d;
+  for (size_t i = 1; i < n && t[i] != 0; ++i) d.push_back(static_cast<double>(t[i] - t[i - 1]));
+  return d;
+}
+
 void CudaForward::enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer) {
   if (plan.num_tokens > kPrefillMinTokens) return enqueue_prefill(plan, s, timer);
+  if (plan.persistent && timer == nullptr) return enqueue_persistent(plan, s);
+  enqueue_layered(plan, s, timer);
+}
+
+void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer* timer) {
   auto mark = [&](const char* op) {
     if (timer != nullptr) timer->mark(op, s);
   };

@@ -8,9 +8,11 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernels/decode_persistent.h"
 #include "backends/cuda/kernels/kv_layout.h"
 #include "backends/cuda/kernels/moe_grouped.h"
 #include "backends/cuda/weights.h"
@@ -41,6 +43,9 @@ struct StepPlan {
   // Every sequence has exactly one new token: q/k norm, RoPE, the K/V cache write and attention
   // are one launch per layer (decode_attention_fused).
   bool decode = false;
+  // A decode step of at most kPersistentMaxRows rows on a model the persistent kernel supports:
+  // all layers run in one launch (kernels/decode_persistent.h).
+  bool persistent = false;
   // Graph cache key (cuda_backend.cpp): equal plans enqueue identical launches.
   bool operator==(const StepPlan&) const = default;
 };
@@ -86,6 +91,8 @@ class CudaForward {
   // chunks mixed with decode tokens, chunks longer than the window, cached prefixes). Launches
   // only; needs the workspace that upload_step reserves for steps over kPrefillMinTokens.
   void enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer* timer = nullptr);
+  // The layered decode path of enqueue() (a launch per op), for steps of up to kPrefillMinTokens.
+  void enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer* timer);
 
   const float* logits() const { return ws_logits_; }  // [num_logits, vocab_size] f32
   const int32_t* expert_ids(int layer) const;         // [num_tokens, slots] of the last step
@@ -102,12 +109,30 @@ class CudaForward {
   }
   // Bumped whenever the step-sized buffers move: CUDA graphs captured before hold stale pointers.
   uint64_t buffer_generation() const { return buffer_generation_; }
+  // Small decode steps run all layers in the persistent kernel when the model allows it, or (off,
+  // the default) the layered path of a launch per op. The persistent kernel is an experiment: it
+  // is correct but slower on the H200 today (docs/PERFORMANCE.md). Takes effect at the next
+  // upload_step (it is part of the StepPlan, so graphs of either path stay valid).
+  void set_persistent_decode(bool on) { persistent_on_ = on; }
+  // Whether the persistent kernel can run this model, and if not, why.
+  bool persistent_decode_available() const { return persistent_shape_.ok; }
+  const std::string& persistent_decode_unavailable_reason() const { return persistent_shape_.why; }
+  // Runs the uploaded persistent step once with phase timestamps (benchmarks): per phase, in
+  // order (per layer: qkv, attention, o, router or dense gate/up, gate/up or dense down, experts
+  // down), the ns block 0 worked (from leaving the last barrier to reaching the next, or to its
+  // end) and the ns it then waited in the barrier (none after the last phase). Syncs.
+  Result<std::vector<double>> trace_persistent(const StepPlan& plan, cudaStream_t s);
+  // Steps uploaded with plan.persistent (graph replays included).
+  int64_t persistent_steps() const { return persistent_steps_; }
 
  private:
   CudaForward(const DeviceWeights& w, const model::KvCacheSpec& kv) : w_(w), spec_(kv) {}
   Status reserve(int num_tokens, int num_seqs, int64_t table_len, int num_logits);
   Status reserve_prefill(int num_tokens);
   Status prepare_prefill_weights();
+  // Builds the persistent kernel's layer table (after the KV cache exists).
+  Status prepare_persistent();
+  void enqueue_persistent(const StepPlan& plan, cudaStream_t s, uint64_t* trace = nullptr);
   // Where the uploaded step's tokens read and write the KV cache (device metadata views).
   TokenKv token_kv(const StepPlan& plan) const;
   __nv_bfloat16* k_cache(int layer) const;
@@ -146,6 +171,11 @@ class CudaForward {
   std::vector<int32_t> seq_idx_;  // [num_tokens] reused host scratch
   std::vector<int32_t> table_;    // [num_seqs, stride] reused host scratch
   PrefillWorkspace prefill_;
+  // The persistent decode kernel: its layer table, grid barrier and launch shape.
+  DeviceBuffer persistent_layers_, persistent_barrier_;
+  PersistentDecodeShape persistent_shape_;
+  bool persistent_on_ = false;
+  int64_t persistent_steps_ = 0;
 };
 
 }  // namespace flint::cuda

@@ -57,6 +57,7 @@ TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
       {"--prefill-chunk", [](BenchOptions& o) { o.prefill_chunk = -8192; }},
       {"--prefill-runs", [](BenchOptions& o) { o.prefill_runs = 0; }},
       {"--steps", [](BenchOptions& o) { o.steps = 0; }},
+      {"--decode-path", [](BenchOptions& o) { o.decode_path = "fused"; }},
       {"--warmup", [](BenchOptions& o) { o.warmup = -1; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 0.0; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 1.5; }},

@@ -2,10 +2,10 @@
 // block to finish picks the sigmoid top-k of every token, one warp per token.
 // Reference: cpu::route (spec section 2.5).   Test: tests/kernels/moe_test.cpp
 #include <algorithm>
-#include <cfloat>
 
 #include "backends/cuda/kernels/gemv_core.cuh"
 #include "backends/cuda/kernels/moe_router.h"
+#include "backends/cuda/kernels/moe_topk.cuh"
 
 namespace flint::cuda {
 namespace {
@@ -22,57 +22,11 @@ struct RouteArgs {
   MoeRouting r;
 };
 
-// Top-k of one token by one warp; score/key: [E] shared scratch of this warp.
+// Top-k of token t by one warp into the launch's ids/weights.
 __device__ void top_k_token(const RouteArgs& a, int t, float* score, float* key) {
-  const int lane = threadIdx.x & 31;
-  const int E = a.r.num_experts;
-  const float* lg = a.g.y + int64_t(t) * a.g.y_stride;
-  for (int e = lane; e < E; e += 32) {
-    const float sc = 1.0f / (1.0f + expf(-__ldcg(lg + e)));  // L2: other blocks wrote it
-    score[e] = sc;
-    const float kv = a.bias != nullptr ? sc + a.bias[e] : sc;
-    key[e] = isnan(kv) ? -FLT_MAX : kv;  // a NaN score still yields k valid, distinct experts
-  }
-  __syncwarp();
   const int slots = a.r.top_k + a.r.num_shared_slots;
-  int32_t* out_ids = a.ids + int64_t(t) * slots;
-  float* out_w = a.weights + int64_t(t) * slots;
-  float picked_sum = 0.0f;
-  for (int k = 0; k < a.r.top_k; ++k) {
-    float best = -INFINITY;
-    int best_e = E;
-    for (int e = lane; e < E; e += 32) {
-      const float v = key[e];
-      if (v > best) {  // strictly greater: within a lane, the lower id wins ties
-        best = v;
-        best_e = e;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ov > best || (ov == best && oe < best_e)) {
-        best = ov;
-        best_e = oe;
-      }
-    }
-    if (lane == 0) {
-      out_ids[k] = best_e;
-      out_w[k] = score[best_e];
-      key[best_e] = -INFINITY;
-    }
-    picked_sum += score[best_e];
-    __syncwarp();
-  }
-  if (lane == 0) {
-    const float norm = a.r.norm_topk_prob ? 1.0f / picked_sum : 1.0f;
-    for (int k = 0; k < a.r.top_k; ++k) out_w[k] *= norm * a.r.routed_scaling_factor;
-    for (int j = 0; j < a.r.num_shared_slots; ++j) {
-      out_ids[a.r.top_k + j] = E + j;
-      out_w[a.r.top_k + j] = 1.0f;
-    }
-  }
+  dev::top_k_token(a.g.y + int64_t(t) * a.g.y_stride, a.bias, a.r, score, key,
+                   a.ids + int64_t(t) * slots, a.weights + int64_t(t) * slots);
 }
 
 template <DType W, int NB>

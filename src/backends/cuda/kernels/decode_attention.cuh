@@ -1,0 +1,452 @@
+// Device code of the split-KV decode attention (decode_attention.cu): the (kv head, split, row)
+// block body, shared with the persistent decode kernel (decode_persistent.cu), which runs it as
+// one of its phases. See decode_attention.cu for the algorithm.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/decode_attention.h"
+
+namespace flint::cuda::attn {
+
+// 8 warps with 3 stages: one block per SM (192 KB of tiles at head_dim 128), two warps per
+// scheduler so one's mma/softmax chain hides behind the other's.
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = 16;  // keys per warp tile: the K dimension of one P.V mma
+constexpr int kStages = 3;     // tiles per warp in flight (2 loading while one computes)
+constexpr int kMaxGroup = 8;   // query heads per kv head: the mma's 8 "high" rows
+constexpr int kMinKeysPerSplit = kWarps * kTileKeys;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttnKernelArgs {
+  const float* q;
+  const __nv_bfloat16* k_cache;
+  const __nv_bfloat16* v_cache;
+  const __nv_bfloat16* k_step;
+  const __nv_bfloat16* v_step;
+  const float* sinks;
+  float* out;
+  float* part;  // [num_rows, H, S, D] accumulators, then [num_rows, H, S, 2] m (log2 units), l
+  int32_t* counters;  // [num_rows, Hkv]
+  TokenKv kv;
+  DecodeAttentionArgs a;
+  DecodeQkv pro;               // fused variant only
+  __nv_bfloat16* k_cache_out;  // fused variant: k_cache, written at the new position
+  __nv_bfloat16* v_cache_out;
+};
+
+template <int D>
+constexpr int stage_bytes() {
+  return 2 * kTileKeys * D * 2;  // K then V tile, bf16
+}
+template <int D>
+constexpr int smem_bytes() {
+  return std::max(kWarps * kStages * stage_bytes<D>(), kWarps * kMaxGroup * (D + 2) * 4);
+}
+
+// Byte offset of 16-byte chunk `c` of tile row `r` (rows of D bf16): chunks are XOR-swizzled by
+// the row so the 8 rows an ldmatrix reads fall in different banks.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  constexpr int kChunks = D / 8;
+  constexpr int kSw = kChunks < 8 ? kChunks : 8;
+  return uint32_t(r * kChunks + (c ^ (r & (kSw - 1)))) * 16u;
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a * b for one m16n8k16 bf16 tile with f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return uint32_t(__bfloat16_as_ushort(lo)) | (uint32_t(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// x = hi + lo with both bf16: the pair carries ~16 mantissa bits.
+__device__ __forceinline__ void split_bf16(float x, __nv_bfloat16& hi, __nv_bfloat16& lo) {
+  hi = __float2bfloat16_rn(x);
+  lo = __float2bfloat16_rn(x - __bfloat162float(hi));
+}
+
+// 2^(m - M), 0 for an empty partial (m = -inf).
+__device__ __forceinline__ float rescale(float m, float M) {
+  return m == -INFINITY ? 0.0f : exp2f(m - M);
+}
+
+// Cache row of position p (< 2^31: 32-bit division).
+__device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int seq, int p) {
+  if (sliding) return int64_t(kv.ring_ids[seq]) * kv.window + p % kv.window;
+  const int32_t page = kv.block_table[int64_t(seq) * kv.max_blocks_per_seq + p / kv.page_size];
+  return int64_t(page) * kv.page_size + p % kv.page_size;
+}
+
+// Fused decode prologue (spec 2.3 steps 2-3): the block's G query heads into sm_q (f32), its
+// kv head's new K (normed, roped) and V into sm_kv (bf16); split 0 also stores them in the cache.
+// One warp per head, staged in sm_x so the NeoX pairs (j, j + D/2) rotate in place; angles in
+// double as in qk_norm_rope_kv.cu.
+template <int D>
+__device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bool store,
+                                float (*sm_q)[D], __nv_bfloat16 (*sm_kv)[D], float (*sm_x)[D]) {
+  const DecodeQkv& pq = args.pro;
+  const int H = args.a.num_heads, Hkv = args.a.num_kv_heads, G = H / Hkv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t pos = args.kv.positions[row];
+  for (int it = warp; it < G + 2; it += kWarps) {  // G query heads, then K, then V
+    const int head = it < G ? kvh * G + it : (it == G ? H + kvh : H + Hkv + kvh);
+    const float* src = pq.qkv + (int64_t(row) * (H + 2 * Hkv) + head) * D;
+    float* x = sm_x[warp];
+    float ss = 0.0f;
+    for (int j = lane; j < D; j += 32) {
+      x[j] = __ldcg(src + j);  // L2: written by another block of a persistent kernel
+      ss += x[j] * x[j];
+    }
+    if (it <= G) {
+      const float inv = rsqrtf(dev::warp_sum(ss) / static_cast<float>(D) + pq.eps);
+      const float* w = it < G ? pq.q_norm : pq.k_norm;
+      for (int j = lane; j < D; j += 32) x[j] = x[j] * inv * w[j];
+      __syncwarp();
+      if (pq.rope) {
+        for (int j = lane; j < D / 2; j += 32) {
+          const double inv_freq = pow(pq.rope_theta, -2.0 * j / D);
+          double sn, cs;
+          sincos(double(pos) * inv_freq, &sn, &cs);
+          const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+          const float x0 = x[j], x1 = x[j + D / 2];
+          x[j] = x0 * c - x1 * s;
+          x[j + D / 2] = x1 * c + x0 * s;
+        }
+        __syncwarp();
+      }
+    }
+    if (it < G) {
+      for (int j = lane; j < D; j += 32) sm_q[it][j] = x[j];
+    } else {
+      __nv_bfloat16* kv_row = sm_kv[it - G];
+      for (int j = lane; j < D; j += 32) kv_row[j] = __float2bfloat16(x[j]);
+      if (store) {
+        const TokenKv& kv = args.kv;
+        const int seq = kv.seq_idx[row];
+        const int64_t slot = args.a.sliding
+                                 ? int64_t(kv.ring_ids[seq]) * kv.window + pos % kv.window
+                                 : int64_t(kv.slot_mapping[row]);
+        __nv_bfloat16* dst =
+            (it == G ? args.k_cache_out : args.v_cache_out) + (slot * Hkv + kvh) * D;
+        for (int j = lane; j < D; j += 32) dst[j] = kv_row[j];
+      }
+    }
+    __syncwarp();  // x is reused by this warp's next head
+  }
+}
+
+// The work of one (kv head, split, row) block; every thread of the block calls it. smem: at least
+// smem_bytes<D>() bytes, 128-byte aligned. num_rows: the rows of the launch (partials layout).
+// Activations (the fused variant's qkv) are read through L2, so a persistent kernel may call it
+// after other blocks wrote them in the same launch.
+template <int D, bool kFused>
+__device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int kvh, int split,
+                                                int row, int num_rows, unsigned char* smem) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per key row
+  __shared__ float sm_w[kMaxGroup][kAttentionMaxSplits];
+  __shared__ float sm_inv_z[kMaxGroup];
+  __shared__ int sm_last;
+  // Fused variant: the prologue's results.
+  __shared__ float sm_q[kFused ? kMaxGroup : 1][D];
+  __shared__ float sm_x[kFused ? kWarps : 1][D];
+  __shared__ __align__(16) __nv_bfloat16 sm_kv[2][D];
+
+  const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
+  const int G = H / Hkv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gr = lane >> 2, qd = lane & 3;  // mma fragment row (query head) and column pair
+  const TokenKv& kv = args.kv;
+  const bool sliding = args.a.sliding;
+  const int seq = kv.seq_idx[row];
+  const int64_t pos = kv.positions[row];
+  const int64_t first = sliding ? max(int64_t(0), pos - kv.window + 1) : 0;
+  const int64_t count = pos - first + 1;
+  const int64_t per_split = ((count + S - 1) / S + kTileKeys - 1) & ~int64_t(kTileKeys - 1);
+  const int64_t begin = first + split * per_split;
+  const int64_t end = min(first + count, begin + per_split);
+  const int32_t q_start = kv.query_start_loc[seq];
+  const int64_t first_new = kv.seq_lens[seq] - (kv.query_start_loc[seq + 1] - q_start);
+
+  const int64_t num_keys = end > begin ? end - begin : 0;
+  const int num_tiles = static_cast<int>((num_keys + kTileKeys - 1) / kTileKeys);
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
+  const uint32_t wsm = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) +
+                       uint32_t(warp * kStages * stage_bytes<D>());
+
+  // Tile j of this warp: keys begin + (warp + j * kWarps) * 16 ...; missing keys are zero-filled.
+  // Lane l loads key l % 16 (one cache-row lookup per tile), chunks l / 16, l / 16 + 2, ...
+  auto issue = [&](int j) {
+    if (j < my_tiles) {
+      const uint32_t st = wsm + uint32_t((j % kStages) * stage_bytes<D>());
+      const int r = lane & (kTileKeys - 1);
+      const int64_t p = begin + int64_t(warp + j * kWarps) * kTileKeys + r;
+      // Fused: the new key is not in the cache for every block yet; it is patched in from sm_kv.
+      const bool valid = p < end && !(kFused && p == pos);
+      const __nv_bfloat16* ksrc = args.k_cache;
+      const __nv_bfloat16* vsrc = args.v_cache;
+      if (valid) {
+        const bool in_step = p >= first_new;
+        const int64_t kr =
+            in_step ? q_start + (p - first_new) : key_row(kv, sliding, seq, static_cast<int>(p));
+        const int64_t off = (kr * Hkv + kvh) * D;
+        ksrc = (in_step ? args.k_step : args.k_cache) + off;
+        vsrc = (in_step ? args.v_step : args.v_cache) + off;
+      }
+#pragma unroll
+      for (int i = 0; i < kChunks / 2; ++i) {
+        const int ch = (lane >> 4) + 2 * i;
+        cp_async16(st + swz<D>(r, ch), ksrc + ch * 8, valid);
+        cp_async16(st + uint32_t(kTileKeys * D * 2) + swz<D>(r, ch), vsrc + ch * 8, valid);
+      }
+    }
+    cp_async_commit();  // empty groups keep the wait count uniform
+  };
+
+  float m = -INFINITY, l = 0.0f;  // running max (log2 units) and this lane's part of the sum
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb) oacc[nb][0] = oacc[nb][1] = oacc[nb][2] = oacc[nb][3] = 0.0f;
+
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) issue(j);
+  if constexpr (kFused) {
+    decode_prologue<D>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
+    __syncthreads();
+  }
+  // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.
+  uint32_t qa[D / 16][4];
+  {
+    const float qs = args.a.scale * kLog2e;
+    const float* qp = kFused ? &sm_q[gr < G ? gr : 0][2 * qd]
+                             : args.q + (int64_t(row) * H + kvh * G + gr) * D + 2 * qd;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      __nv_bfloat16 hi[4], lo[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float x = gr < G ? qp[ks * 16 + (i & 1) + (i >> 1) * 8] * qs : 0.0f;
+        split_bf16(x, hi[i], lo[i]);
+      }
+      qa[ks][0] = pack_bf16(hi[0], hi[1]);
+      qa[ks][1] = pack_bf16(lo[0], lo[1]);
+      qa[ks][2] = pack_bf16(hi[2], hi[3]);
+      qa[ks][3] = pack_bf16(lo[2], lo[3]);
+    }
+  }
+
+  for (int j = 0; j < my_tiles; ++j) {
+    issue(j + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint32_t kt = wsm + uint32_t((j % kStages) * stage_bytes<D>());
+    const uint32_t vt = kt + uint32_t(kTileKeys * D * 2);
+    const int64_t key0 = begin + int64_t(warp + j * kWarps) * kTileKeys;
+    if constexpr (kFused) {
+      if (pos - key0 == (lane & (kTileKeys - 1))) {  // this lane's key is the new one
+        const int r = lane & (kTileKeys - 1);
+        unsigned char* tile = smem + (kt - static_cast<uint32_t>(__cvta_generic_to_shared(smem)));
+#pragma unroll
+        for (int i = 0; i < kChunks / 2; ++i) {
+          const int ch = (lane >> 4) + 2 * i;
+          *reinterpret_cast<uint4*>(tile + swz<D>(r, ch)) =
+              reinterpret_cast<const uint4*>(sm_kv[0])[ch];
+          *reinterpret_cast<uint4*>(tile + kTileKeys * D * 2 + swz<D>(r, ch)) =
+              reinterpret_cast<const uint4*>(sm_kv[1])[ch];
+        }
+      }
+      __syncwarp();
+    }
+
+    // S = Q K^T: columns are the tile's keys, 8 per mma (key blocks 0 and 1); even and odd
+    // k-steps accumulate apart to halve the dependent mma chain.
+    float sacc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float sodd[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t b[4];
+      ldmatrix_x4(b, kt + swz<D>((lane >> 4) * 8 + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
+      float(&acc)[2][4] = ks % 2 == 0 ? sacc : sodd;
+      mma_bf16(acc[0], qa[ks], b[0], b[1]);
+      mma_bf16(acc[1], qa[ks], b[2], b[3]);
+    }
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sacc[kb][i] += sodd[kb][i];
+    }
+    float sc[2][2];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = key0 + kb * 8 + 2 * qd + e < end;
+        sc[kb][e] = valid ? sacc[kb][e] + sacc[kb][2 + e] : -INFINITY;
+        mx = fmaxf(mx, sc[kb][e]);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);  // finite: a tile holds at least one valid key
+    const float corr = rescale(m, m_new);
+    m = m_new;
+    l *= corr;
+    uint32_t pa[4];
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+      __nv_bfloat16 hi[2], lo[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2f(sc[kb][e] - m_new);
+        l += p;
+        split_bf16(p, hi[e], lo[e]);
+      }
+      pa[2 * kb] = pack_bf16(hi[0], hi[1]);
+      pa[2 * kb + 1] = pack_bf16(lo[0], lo[1]);
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) oacc[nb][i] *= corr;
+    }
+    // O += P V: P's A fragment is exactly the S accumulator layout.
+#pragma unroll
+    for (int nb = 0; nb < D / 8; nb += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vt + swz<D>(((lane >> 3) & 1) * 8 + (lane & 7), nb + (lane >> 4)));
+      mma_bf16(oacc[nb], pa, b[0], b[1]);
+      mma_bf16(oacc[nb + 1], pa, b[2], b[3]);
+    }
+    __syncwarp();  // the next issue() overwrites this stage
+  }
+  cp_async_wait<0>();
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  __syncthreads();  // the stages become the merge area
+
+  // Merge the warps: [kWarps][kMaxGroup][D + 2] floats (D accumulators, m, l).
+  float* mg = reinterpret_cast<float*>(smem);
+  {
+    float* mw = mg + (warp * kMaxGroup + gr) * (D + 2);
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      mw[nb * 8 + 2 * qd] = oacc[nb][0] + oacc[nb][2];
+      mw[nb * 8 + 2 * qd + 1] = oacc[nb][1] + oacc[nb][3];
+    }
+    if (qd == 0) {
+      mw[D] = m;
+      mw[D + 1] = l;
+    }
+  }
+  __syncthreads();
+  const int64_t head0 = int64_t(row) * H + kvh * G;
+  float* part_ml = args.part + int64_t(num_rows) * H * S * D;
+  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
+    const int g = idx / D, d = idx % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, mg[(w * kMaxGroup + g) * (D + 2) + D]);
+    float A = 0.0f, L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float* mw = mg + (w * kMaxGroup + g) * (D + 2);
+      const float wt = rescale(mw[D], M);
+      A += mw[d] * wt;
+      L += mw[D + 1] * wt;
+    }
+    if (S == 1) {
+      const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
+      const float Mf = fmaxf(M, sink);
+      const float z = L * rescale(M, Mf) + rescale(sink, Mf);
+      args.out[(head0 + g) * D + d] = z > 0.0f ? A * rescale(M, Mf) / z : 0.0f;
+    } else {
+      args.part[((head0 + g) * S + split) * D + d] = A;
+      if (d == 0) {
+        part_ml[((head0 + g) * S + split) * 2] = M;
+        part_ml[((head0 + g) * S + split) * 2 + 1] = L;
+      }
+    }
+  }
+  if (S == 1) return;
+
+  // Last block of this (row, kv head) merges the S partials (threadFenceReduction pattern).
+  __threadfence();
+  __syncthreads();
+  int32_t* counter = args.counters + int64_t(row) * Hkv + kvh;
+  if (threadIdx.x == 0) sm_last = atomicAdd(counter, 1) == S - 1;
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();
+  if (warp < G) {  // one warp per query head: the split weights and 1 / Z
+    const int g = warp;
+    const float* ml = part_ml + (head0 + g) * S * 2;
+    const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
+    float M = sink;
+    for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float z = lane == 0 ? rescale(sink, M) : 0.0f;
+    for (int s = lane; s < S; s += 32) {
+      const float wt = rescale(__ldcg(ml + 2 * s), M);
+      sm_w[g][s] = wt;
+      z += __ldcg(ml + 2 * s + 1) * wt;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if (lane == 0) sm_inv_z[g] = z > 0.0f ? 1.0f / z : 0.0f;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * (D / 4); idx += kThreads) {
+    const int g = idx / (D / 4), d4 = idx % (D / 4);
+    const float4* pp = reinterpret_cast<const float4*>(args.part + (head0 + g) * S * D) + d4;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float4 x = __ldcg(pp + s * (D / 4));
+      const float wt = sm_w[g][s];
+      o.x += x.x * wt;
+      o.y += x.y * wt;
+      o.z += x.z * wt;
+      o.w += x.w * wt;
+    }
+    const float iz = sm_inv_z[g];
+    reinterpret_cast<float4*>(args.out + (head0 + g) * D)[d4] =
+        make_float4(o.x * iz, o.y * iz, o.z * iz, o.w * iz);
+  }
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (graph replays included)
+}
+
+}  // namespace flint::cuda::attn
