@@ -98,10 +98,11 @@ const std::vector<SampleParams> kConfigs = {
 
 TEST(Sampling, TokenLiesInHostCandidateSet) {
   FLINT_REQUIRE_GPU();
-  for (int64_t V : {1, 7, 769, 1025, 4099, 150001}) {
+  // 262147: slices too large for shared memory, read from global memory instead.
+  for (int64_t V : {1, 7, 769, 1025, 4099, 150001, 262147}) {
     for (bool ties : {false, true}) {
       SCOPED_TRACE(fmt::format("vocab={} ties={}", V, ties));
-      const int rows = V > 10000 ? 16 : 64;
+      const int rows = V > 200000 ? 8 : V > 10000 ? 16 : 64;
       const auto logits = make_logits(rows, V, uint64_t(V) + ties, ties);
       for (int draw = 0; draw < (V > 10000 ? 2 : 6); ++draw) {
         std::vector<SampleParams> ps;
@@ -126,7 +127,7 @@ TEST(Sampling, TokenLiesInHostCandidateSet) {
 
 TEST(Sampling, GreedyAndTopK1AreTheArgmax) {
   FLINT_REQUIRE_GPU();
-  for (int64_t V : {1, 33, 1025, 150001}) {
+  for (int64_t V : {1, 33, 1025, 150001, 262147}) {
     for (bool ties : {false, true}) {
       SCOPED_TRACE(fmt::format("vocab={} ties={}", V, ties));
       const int rows = 9;
@@ -143,6 +144,39 @@ TEST(Sampling, GreedyAndTopK1AreTheArgmax) {
         const int32_t want = static_cast<int32_t>(std::max_element(row, row + V) - row);
         EXPECT_EQ(got[r], want) << "row " << r;
       }
+    }
+  }
+}
+
+// Every logit equal: the filters keep the lowest ids, so the cuts fall inside and across the
+// blocks that share a row.
+TEST(Sampling, EqualLogitsKeepTheLowestIds) {
+  FLINT_REQUIRE_GPU();
+  for (int64_t V : {1025, 150001, 262147}) {
+    SCOPED_TRACE(fmt::format("vocab={}", V));
+    const std::vector<SampleParams> cfgs = {params(1.0f, 1, 1.0f, 0.0f, 0, 0),
+                                            params(1.0f, 7, 1.0f, 0.0f, 0, 0),
+                                            params(1.0f, int(V / 8) + 1, 1.0f, 0.0f, 0, 0),
+                                            params(1.0f, int(V / 2), 1.0f, 0.0f, 0, 0),
+                                            params(1.0f, 0, 0.3f, 0.0f, 0, 0),
+                                            params(0.5f, 0, 0.9f, 0.5f, 0, 0),
+                                            params(1.0f, int(V / 3), 0.5f, 0.0f, 0, 0),
+                                            params(2.0f, 0, 1e-6f, 0.0f, 0, 0)};
+    const int rows = static_cast<int>(cfgs.size()) * 4;
+    const std::vector<float> logits(size_t(rows) * V, 0.5f);
+    std::vector<SampleParams> ps;
+    for (int r = 0; r < rows; ++r) {
+      SampleParams p = cfgs[r % cfgs.size()];
+      p.seed = 77 + r;
+      p.step = r;
+      ps.push_back(p);
+    }
+    const auto got = sample_on_gpu(logits, V, ps);
+    for (int r = 0; r < rows; ++r) {
+      const Kept k = host_reference(logits.data() + int64_t(r) * V, V, ps[r]);
+      EXPECT_TRUE(k.has(got[r])) << "row " << r << " token " << got[r] << " outside the lowest "
+                                 << k.ids.size() << " ids (k=" << ps[r].top_k
+                                 << " p=" << ps[r].top_p << ")";
     }
   }
 }
@@ -256,8 +290,9 @@ TEST(Sampling, Vocab150KRowsTimed) {
   for (int rows : {1, 8, 64}) {
     const auto logits = make_logits(rows, V, 77 + rows, false);
     for (const SampleParams& cfg :
-         {params(0.7f, 50, 0.95f, 0.0f, 1, 0), params(1.0f, 0, 0.9f, 0.0f, 1, 0),
-          params(0.6f, 0, 1.0f, 0.05f, 1, 0), params(0.0f, 0, 1.0f, 0.0f, 1, 0)}) {
+         {params(0.7f, 50, 0.95f, 0.0f, 1, 0), params(1.0f, 0, 0.95f, 0.0f, 1, 0),
+          params(0.7f, 20, 0.8f, 0.05f, 1, 0), params(0.6f, 0, 1.0f, 0.05f, 1, 0),
+          params(0.0f, 0, 1.0f, 0.0f, 1, 0)}) {
       std::vector<SampleParams> ps(rows, cfg);
       DeviceArray<float> dl(logits);
       DeviceArray<SampleParams> dp(ps);

@@ -23,7 +23,8 @@ struct SampleParams {
 };
 
 // tokens[r] = a token sampled from logits row r. logits: [num_rows, vocab] f32, row-major;
-// params: [num_rows] device memory; tokens: [num_rows] int32. Launches only (graph-safe).
+// params: [num_rows] device memory; tokens: [num_rows] int32; num_rows <= 65535, vocab <= 2^21.
+// Launches only (graph-safe).
 void sample(int32_t* tokens, const float* logits, const SampleParams* params, int num_rows,
             int64_t vocab, cudaStream_t s);
 
