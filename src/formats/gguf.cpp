@@ -124,61 +124,39 @@ uint64_t min_value_bytes(uint32_t t) {
   return 1;
 }
 
+// A scalar stored as T, kept widened to W (the member of GgufValue::v for its family).
+template <typename T, typename W>
+Result<GgufValue> read_scalar(Reader& r, const std::string& key, GgufValue v) {
+  FLINT_ASSIGN_OR_RETURN(T x, r.get<T>(key));
+  v.v = static_cast<W>(x);
+  return v;
+}
+
 Result<GgufValue> read_value(Reader& r, uint32_t type, const std::string& key, int depth,
                              const std::string& name) {
   GgufValue v;
   v.type = static_cast<GgufValueType>(type);
   switch (v.type) {
-    case GgufValueType::kU8: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<uint8_t>(key));
-      v.v = uint64_t{x};
-      break;
-    }
-    case GgufValueType::kI8: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<int8_t>(key));
-      v.v = int64_t{x};
-      break;
-    }
-    case GgufValueType::kU16: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<uint16_t>(key));
-      v.v = uint64_t{x};
-      break;
-    }
-    case GgufValueType::kI16: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<int16_t>(key));
-      v.v = int64_t{x};
-      break;
-    }
-    case GgufValueType::kU32: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<uint32_t>(key));
-      v.v = uint64_t{x};
-      break;
-    }
-    case GgufValueType::kI32: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<int32_t>(key));
-      v.v = int64_t{x};
-      break;
-    }
-    case GgufValueType::kU64: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<uint64_t>(key));
-      v.v = x;
-      break;
-    }
-    case GgufValueType::kI64: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<int64_t>(key));
-      v.v = x;
-      break;
-    }
-    case GgufValueType::kF32: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<float>(key));
-      v.v = double{x};
-      break;
-    }
-    case GgufValueType::kF64: {
-      FLINT_ASSIGN_OR_RETURN(auto x, r.get<double>(key));
-      v.v = x;
-      break;
-    }
+    case GgufValueType::kU8:
+      return read_scalar<uint8_t, uint64_t>(r, key, std::move(v));
+    case GgufValueType::kI8:
+      return read_scalar<int8_t, int64_t>(r, key, std::move(v));
+    case GgufValueType::kU16:
+      return read_scalar<uint16_t, uint64_t>(r, key, std::move(v));
+    case GgufValueType::kI16:
+      return read_scalar<int16_t, int64_t>(r, key, std::move(v));
+    case GgufValueType::kU32:
+      return read_scalar<uint32_t, uint64_t>(r, key, std::move(v));
+    case GgufValueType::kI32:
+      return read_scalar<int32_t, int64_t>(r, key, std::move(v));
+    case GgufValueType::kU64:
+      return read_scalar<uint64_t, uint64_t>(r, key, std::move(v));
+    case GgufValueType::kI64:
+      return read_scalar<int64_t, int64_t>(r, key, std::move(v));
+    case GgufValueType::kF32:
+      return read_scalar<float, double>(r, key, std::move(v));
+    case GgufValueType::kF64:
+      return read_scalar<double, double>(r, key, std::move(v));
     case GgufValueType::kBool: {
       FLINT_ASSIGN_OR_RETURN(auto x, r.get<uint8_t>(key));
       if (x > 1) {
@@ -604,70 +582,53 @@ class ByteSink {
   std::vector<uint8_t> buf_;
 };
 
+Error type_mismatch(const GgufValue& v, const std::string& key) {
+  return make_error(ErrorCode::kInvalidArgument, "gguf: value of '{}' does not match its type {}",
+                    key, value_type_name(static_cast<uint32_t>(v.type)));
+}
+
+// A scalar kept widened as W (see read_scalar), stored as T.
+template <typename T, typename W>
+Status write_scalar(ByteSink& out, const GgufValue& v, const std::string& key) {
+  const W* x = std::get_if<W>(&v.v);
+  if (!x) return type_mismatch(v, key);
+  out.put<T>(static_cast<T>(*x));
+  return ok();
+}
+
 Status write_value(ByteSink& out, const GgufValue& v, const std::string& key) {
-  const auto mismatch = [&]() {
-    return make_error(ErrorCode::kInvalidArgument, "gguf: value of '{}' does not match its type {}",
-                      key, value_type_name(static_cast<uint32_t>(v.type)));
-  };
-  const auto* u = std::get_if<uint64_t>(&v.v);
-  const auto* i = std::get_if<int64_t>(&v.v);
-  const auto* d = std::get_if<double>(&v.v);
   switch (v.type) {
     case GgufValueType::kU8:
-      if (!u) return mismatch();
-      out.put<uint8_t>(static_cast<uint8_t>(*u));
-      break;
+      return write_scalar<uint8_t, uint64_t>(out, v, key);
     case GgufValueType::kU16:
-      if (!u) return mismatch();
-      out.put<uint16_t>(static_cast<uint16_t>(*u));
-      break;
+      return write_scalar<uint16_t, uint64_t>(out, v, key);
     case GgufValueType::kU32:
-      if (!u) return mismatch();
-      out.put<uint32_t>(static_cast<uint32_t>(*u));
-      break;
+      return write_scalar<uint32_t, uint64_t>(out, v, key);
     case GgufValueType::kU64:
-      if (!u) return mismatch();
-      out.put<uint64_t>(*u);
-      break;
+      return write_scalar<uint64_t, uint64_t>(out, v, key);
     case GgufValueType::kI8:
-      if (!i) return mismatch();
-      out.put<int8_t>(static_cast<int8_t>(*i));
-      break;
+      return write_scalar<int8_t, int64_t>(out, v, key);
     case GgufValueType::kI16:
-      if (!i) return mismatch();
-      out.put<int16_t>(static_cast<int16_t>(*i));
-      break;
+      return write_scalar<int16_t, int64_t>(out, v, key);
     case GgufValueType::kI32:
-      if (!i) return mismatch();
-      out.put<int32_t>(static_cast<int32_t>(*i));
-      break;
+      return write_scalar<int32_t, int64_t>(out, v, key);
     case GgufValueType::kI64:
-      if (!i) return mismatch();
-      out.put<int64_t>(*i);
-      break;
+      return write_scalar<int64_t, int64_t>(out, v, key);
     case GgufValueType::kF32:
-      if (!d) return mismatch();
-      out.put<float>(static_cast<float>(*d));
-      break;
+      return write_scalar<float, double>(out, v, key);
     case GgufValueType::kF64:
-      if (!d) return mismatch();
-      out.put<double>(*d);
-      break;
-    case GgufValueType::kBool: {
-      const auto* b = std::get_if<bool>(&v.v);
-      if (!b) return mismatch();
-      out.put<uint8_t>(*b ? 1 : 0);
-      break;
-    }
+      return write_scalar<double, double>(out, v, key);
+    case GgufValueType::kBool:
+      return write_scalar<uint8_t, bool>(out, v, key);
     case GgufValueType::kString: {
       const auto* s = std::get_if<std::string>(&v.v);
-      if (!s) return mismatch();
+      if (!s) return type_mismatch(v, key);
       out.str(*s);
       break;
     }
     case GgufValueType::kArray: {
       const GgufArray* a = v.as_array();
-      if (!a) return mismatch();
+      if (!a) return type_mismatch(v, key);
       out.put<uint32_t>(static_cast<uint32_t>(v.array_type));
       out.put<uint64_t>(a->size());
       for (const GgufValue& item : *a) {
@@ -682,7 +643,7 @@ Status write_value(ByteSink& out, const GgufValue& v, const std::string& key) {
       break;
     }
     default:
-      return mismatch();
+      return type_mismatch(v, key);
   }
   return ok();
 }

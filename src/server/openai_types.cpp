@@ -67,28 +67,13 @@ class Fields {
     return true;
   }
   bool boolean(const std::string& key, bool* out) {
-    const ojson* v = get(key);
-    if (!v) return true;
-    if (!v->is_boolean())
-      return fail(key, "'{}' must be a boolean, got {}", prefix_ + key, v->type_name());
-    *out = v->get<bool>();
-    return true;
+    return typed(key, out, "a boolean", [](const ojson& v) { return v.is_boolean(); });
   }
   bool string(const std::string& key, std::string* out) {
-    const ojson* v = get(key);
-    if (!v) return true;
-    if (!v->is_string())
-      return fail(key, "'{}' must be a string, got {}", prefix_ + key, v->type_name());
-    *out = v->get<std::string>();
-    return true;
+    return typed(key, out, "a string", [](const ojson& v) { return v.is_string(); });
   }
   bool object(const std::string& key, ojson* out) {
-    const ojson* v = get(key);
-    if (!v) return true;
-    if (!v->is_object())
-      return fail(key, "'{}' must be an object, got {}", prefix_ + key, v->type_name());
-    *out = *v;
-    return true;
+    return typed(key, out, "an object", [](const ojson& v) { return v.is_object(); });
   }
   // Rejects every key not in `known` (an unsupported parameter is never silently ignored).
   bool only(const std::set<std::string>& known) {
@@ -101,6 +86,18 @@ class Fields {
   }
 
  private:
+  // Reads `key` into `out` when it is present and `has_type` holds (`type_name` names the type in
+  // the error otherwise).
+  template <typename T, typename HasType>
+  bool typed(const std::string& key, T* out, const char* type_name, HasType has_type) {
+    const ojson* v = get(key);
+    if (!v) return true;
+    if (!has_type(*v))
+      return fail(key, "'{}' must be {}, got {}", prefix_ + key, type_name, v->type_name());
+    *out = v->get<T>();
+    return true;
+  }
+
   const ojson& obj_;
   std::string prefix_;
   std::string* param_;

@@ -80,6 +80,13 @@ ToolSchemas tool_schemas(const ojson& tools) {
   return s;
 }
 
+// The server's default chat_template_kwargs overridden by the request's.
+ojson template_kwargs(const ServerConfig& cfg, const ojson& request_kwargs) {
+  ojson kwargs = cfg.default_chat_template_kwargs;
+  for (auto it = request_kwargs.begin(); it != request_kwargs.end(); ++it) kwargs[it.key()] = *it;
+  return kwargs;
+}
+
 Result<std::string> render_chat(const ServingModel& m, const ServerConfig& cfg,
                                 const ojson& messages, const ojson& tools,
                                 bool add_generation_prompt, const ojson& request_kwargs) {
@@ -87,8 +94,7 @@ Result<std::string> render_chat(const ServingModel& m, const ServerConfig& cfg,
     return make_error(ErrorCode::kInvalidArgument,
                       "this model has no chat template; pass --chat-template to the server");
   }
-  ojson ctx = cfg.default_chat_template_kwargs;
-  for (auto it = request_kwargs.begin(); it != request_kwargs.end(); ++it) ctx[it.key()] = *it;
+  ojson ctx = template_kwargs(cfg, request_kwargs);
   ctx["messages"] = messages;
   if (!tools.is_null()) ctx["tools"] = tools;
   ctx["add_generation_prompt"] = add_generation_prompt;
@@ -113,6 +119,109 @@ std::optional<RequestOutput> next_output(engine::OutputStream& stream, Ping&& pi
   }
 }
 
+// What a chat and a completions request share: the response envelope, the token counts, each
+// choice's finish and stop reasons, and the engine stream. Owned by its handler's callbacks.
+struct Job {
+  Job(const char* object, const char* chunk_object, const ServingModel* model, Metrics* metrics,
+      const StreamOptions& stream_options)
+      : object(object),
+        chunk_object(chunk_object),
+        model(model),
+        metrics(metrics),
+        stream_options(stream_options) {}
+
+  const char* object;        // of the whole response
+  const char* chunk_object;  // of a streamed chunk
+  const ServingModel* model;
+  Metrics* metrics;
+  StreamOptions stream_options;
+  std::string id;
+  std::string model_name;
+  int64_t created = 0;
+  int num_prompt = 0;
+  int num_cached = 0;
+  int num_completion = 0;
+  std::vector<ojson> finish_reasons;  // [n] null until the choice finishes
+  std::vector<ojson> stop_reasons;    // [n]
+  std::shared_ptr<engine::OutputStream> stream;
+
+  ojson usage() const { return usage_json(num_prompt, num_completion, num_cached); }
+
+  // A streamed chunk, with the usage so far when the client asked for it on every chunk.
+  ojson chunk(ojson choices_json) const {
+    ojson c = envelope(chunk_object, std::move(choices_json));
+    if (stream_options.continuous_usage_stats) c["usage"] = usage();
+    return c;
+  }
+
+  // The non-streamed response.
+  ojson response(ojson choices_json) const {
+    ojson r = envelope(object, std::move(choices_json));
+    r["usage"] = usage();
+    return r;
+  }
+
+  // Checks the context length (a failure is sent naming `prompt_param`), then names the job and
+  // submits `prompt` for `n` choices to the engine. False when an error was sent.
+  bool start(httplib::Response& res, std::string_view prompt_param, const char* id_prefix,
+             std::string name, std::vector<int32_t> prompt, const engine::SamplingParams& params) {
+    num_prompt = static_cast<int>(prompt.size());
+    const int max_model_len = model->engine->config().max_model_len;
+    if (auto st = check_context(num_prompt, params.max_tokens, max_model_len); !st) {
+      send_error(res, st.error(), prompt_param);
+      return false;
+    }
+    id = id_prefix + random_hex(32);
+    model_name = std::move(name);
+    created = now_unix();
+    finish_reasons.assign(params.n, ojson());
+    stop_reasons.assign(params.n, ojson());
+    engine::Request request;
+    request.request_id = id;
+    request.prompt_token_ids = std::move(prompt);
+    request.params = params;
+    auto s = model->engine->add_request(std::move(request));
+    if (!s) {
+      send_error(res, s.error());
+      return false;
+    }
+    stream = *s;
+    return true;
+  }
+
+  // Takes the counts of `out` and calls `fn(delta)` for each delta of a known choice, after
+  // recording (and counting) a finishing choice's reasons.
+  template <typename Fn>
+  void for_each_delta(const RequestOutput& out, Fn&& fn) {
+    num_cached = out.num_cached_tokens;
+    for (const engine::CompletionDelta& d : out.outputs) {
+      if (d.index < 0 || d.index >= static_cast<int>(finish_reasons.size())) continue;
+      num_completion += static_cast<int>(d.new_token_ids.size());
+      if (d.finish_reason) {
+        finish_reasons[d.index] = engine::finish_reason_name(*d.finish_reason);
+        stop_reasons[d.index] = stop_reason_json(d);
+        metrics->count_finished(engine::finish_reason_name(*d.finish_reason));
+      }
+      fn(d);
+    }
+  }
+
+  // A streamed choice's finish_reason, and its stop_reason once it finished.
+  void add_finish(const engine::CompletionDelta& d, ojson* choice) const {
+    (*choice)["finish_reason"] = finish_reasons[d.index];
+    if (d.finish_reason) (*choice)["stop_reason"] = stop_reasons[d.index];
+  }
+
+ private:
+  ojson envelope(const char* obj, ojson choices_json) const {
+    return {{"id", id},
+            {"object", obj},
+            {"created", created},
+            {"model", model_name},
+            {"choices", std::move(choices_json)}};
+  }
+};
+
 // ---- chat ----
 
 struct ChatChoice {
@@ -122,38 +231,21 @@ struct ChatChoice {
   std::vector<PositionLogprobs> logprobs;
   std::vector<std::string> tool_ids;
   int num_tool_calls_sent = 0;
-  bool finished = false;
 };
 
-struct ChatJob {
-  const ServingModel* model;
+struct ChatJob : Job {
+  ChatJob(const ServingModel* model, Metrics* metrics, const ServerConfig* cfg, ChatRequest req)
+      : Job("chat.completion", "chat.completion.chunk", model, metrics, req.stream_options),
+        cfg(cfg),
+        req(std::move(req)) {}
+
   const ServerConfig* cfg;
-  Metrics* metrics;
   ChatRequest req;
-  std::string id;
-  std::string model_name;
-  int64_t created = 0;
-  int num_prompt = 0;
-  int num_cached = 0;
-  int num_completion = 0;
   bool tools_active = false;
   bool reasoning_active = false;
   bool thinking = true;
   ToolSchemas schemas;
   std::vector<ChatChoice> choices;
-  std::shared_ptr<engine::OutputStream> stream;
-
-  ojson chunk(ojson choices_json) const {
-    ojson c = {{"id", id},
-               {"object", "chat.completion.chunk"},
-               {"created", created},
-               {"model", model_name},
-               {"choices", std::move(choices_json)}};
-    if (req.stream_options.continuous_usage_stats) {
-      c["usage"] = usage_json(num_prompt, num_completion, num_cached);
-    }
-    return c;
-  }
 
   // Runs one text delta through the reasoning and tool parsers into an OpenAI delta object.
   ojson delta_json(ChatChoice& ch, const std::string& text, bool final) {
@@ -205,49 +297,41 @@ struct ChatJob {
     return delta;
   }
 
-  std::string finish_reason(const ChatChoice& ch, FinishReason r) const {
-    if (r == FinishReason::kStop && ch.tools && ch.tools->num_calls() > 0) return "tool_calls";
-    return engine::finish_reason_name(r);
-  }
-
   // SSE events for one engine output.
   std::vector<std::string> stream_events(const RequestOutput& out) {
     std::vector<std::string> events;
-    if (out.error) {
-      events.push_back(sse_event_raw(error_json(*out.error)));
-      return events;
-    }
-    num_cached = out.num_cached_tokens;
-    for (const engine::CompletionDelta& d : out.outputs) {
-      if (d.index < 0 || d.index >= static_cast<int>(choices.size())) continue;
+    for_each_delta(out, [&](const engine::CompletionDelta& d) {
       ChatChoice& ch = choices[d.index];
-      num_completion += static_cast<int>(d.new_token_ids.size());
       const bool final = d.finish_reason.has_value();
       ojson delta = delta_json(ch, d.text, final);
       ojson choice = {{"index", d.index}, {"delta", delta}};
-      if (req.logprobs && !d.logprobs.empty()) {
-        choice["logprobs"] = chat_logprobs_json(*model->tokenizer, d.logprobs, req.top_logprobs);
-      } else {
-        choice["logprobs"] = nullptr;
-      }
-      if (final) {
-        ch.finished = true;
-        choice["finish_reason"] = finish_reason(ch, *d.finish_reason);
-        choice["stop_reason"] = stop_reason_json(d);
-        metrics->count_finished(engine::finish_reason_name(*d.finish_reason));
-      } else {
-        choice["finish_reason"] = nullptr;
-        if (delta.empty() && choice["logprobs"].is_null()) continue;
-      }
+      choice["logprobs"] = req.logprobs && !d.logprobs.empty()
+                               ? chat_logprobs_json(*model->tokenizer, d.logprobs, req.top_logprobs)
+                               : ojson();
+      // A stop after tool calls is reported as their finish.
+      if (final && *d.finish_reason == FinishReason::kStop && ch.tools && ch.tools->num_calls() > 0)
+        finish_reasons[d.index] = "tool_calls";
+      add_finish(d, &choice);
+      if (!final && delta.empty() && choice["logprobs"].is_null()) return;
       events.push_back(sse_event(chunk(ojson::array({choice}))));
-    }
+    });
     return events;
   }
 
-  ojson final_response() {
+  // Accumulates one engine output of a non-streamed request.
+  void collect(const RequestOutput& out) {
+    for_each_delta(out, [&](const engine::CompletionDelta& d) {
+      ChatChoice& ch = choices[d.index];
+      ch.text += d.text;
+      ch.logprobs.insert(ch.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    });
+  }
+
+  // The non-streamed response: each choice's text parsed into reasoning, content and tool calls.
+  ojson final_response() const {
     ojson out_choices = ojson::array();
     for (size_t i = 0; i < choices.size(); ++i) {
-      ChatChoice& ch = choices[i];
+      const ChatChoice& ch = choices[i];
       ReasoningSplit split{"", ch.text};
       if (reasoning_active) split = glm47_split_reasoning(ch.text, thinking);
       ojson message = {{"role", "assistant"}};
@@ -271,50 +355,35 @@ struct ChatJob {
         message["reasoning"] = r;
         if (cfg->emit_reasoning_content) message["reasoning_content"] = r;
       }
-      message["tool_calls"] = calls;
+      const bool has_calls = !calls.empty();
+      message["tool_calls"] = std::move(calls);
       ojson c = {{"index", i}, {"message", message}};
       c["logprobs"] = req.logprobs
                           ? chat_logprobs_json(*model->tokenizer, ch.logprobs, req.top_logprobs)
                           : ojson();
-      c["finish_reason"] = nullptr;
-      c["stop_reason"] = nullptr;
+      c["finish_reason"] =
+          finish_reasons[i] == "stop" && has_calls ? ojson("tool_calls") : finish_reasons[i];
+      c["stop_reason"] = stop_reasons[i];
       out_choices.push_back(std::move(c));
     }
-    return out_choices;
+    return response(std::move(out_choices));
   }
 };
 
 // ---- completions ----
 
-struct CompletionJob {
-  const ServingModel* model;
-  Metrics* metrics;
+struct CompletionJob : Job {
+  CompletionJob(const ServingModel* model, Metrics* metrics, CompletionRequest req)
+      : Job("text_completion", "text_completion", model, metrics, req.stream_options),
+        req(std::move(req)) {}
+
   CompletionRequest req;
-  std::string id;
-  std::string model_name;
   std::string prompt_text;  // for echo
-  int64_t created = 0;
-  int num_prompt = 0;
-  int num_cached = 0;
-  int num_completion = 0;
   std::vector<std::string> texts;
   std::vector<ojson> logprobs;
   std::vector<size_t> offsets;
   std::vector<bool> echoed;
   std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
-  std::shared_ptr<engine::OutputStream> stream;
-
-  ojson chunk(ojson choices_json) const {
-    ojson c = {{"id", id},
-               {"object", "text_completion"},
-               {"created", created},
-               {"model", model_name},
-               {"choices", std::move(choices_json)}};
-    if (req.stream_options.continuous_usage_stats) {
-      c["usage"] = usage_json(num_prompt, num_completion, num_cached);
-    }
-    return c;
-  }
 
   // Text and logprobs of `d` (with the echoed prompt in front of a choice's first delta).
   std::pair<std::string, ojson> piece(const engine::CompletionDelta& d) {
@@ -336,38 +405,56 @@ struct CompletionJob {
     return {text, lp};
   }
 
+  // Calls `fn(delta, text, logprobs)` for each delta of `out` (see piece).
+  template <typename Fn>
+  void for_each_piece(const RequestOutput& out, Fn&& fn) {
+    if (out.prompt_logprobs) prompt_logprobs = out.prompt_logprobs;
+    for_each_delta(out, [&](const engine::CompletionDelta& d) {
+      auto [text, lp] = piece(d);
+      fn(d, text, lp);
+    });
+  }
+
   std::vector<std::string> stream_events(const RequestOutput& out) {
     std::vector<std::string> events;
-    if (out.error) {
-      events.push_back(sse_event_raw(error_json(*out.error)));
-      return events;
-    }
-    num_cached = out.num_cached_tokens;
-    if (out.prompt_logprobs) prompt_logprobs = out.prompt_logprobs;
-    for (const engine::CompletionDelta& d : out.outputs) {
-      if (d.index < 0 || d.index >= static_cast<int>(texts.size())) continue;
-      num_completion += static_cast<int>(d.new_token_ids.size());
-      auto [text, lp] = piece(d);
-      ojson choice = {{"index", d.index}, {"text", text}};
-      choice["logprobs"] = req.logprobs ? lp : ojson();
-      if (d.finish_reason) {
-        choice["finish_reason"] = engine::finish_reason_name(*d.finish_reason);
-        choice["stop_reason"] = stop_reason_json(d);
-        metrics->count_finished(engine::finish_reason_name(*d.finish_reason));
-      } else {
-        choice["finish_reason"] = nullptr;
-        if (text.empty() && lp["tokens"].empty()) continue;
-      }
-      events.push_back(sse_event(chunk(ojson::array({choice}))));
-    }
+    for_each_piece(out,
+                   [&](const engine::CompletionDelta& d, const std::string& text, const ojson& lp) {
+                     ojson choice = {{"index", d.index}, {"text", text}};
+                     choice["logprobs"] = req.logprobs ? lp : ojson();
+                     add_finish(d, &choice);
+                     if (!d.finish_reason && text.empty() && lp["tokens"].empty()) return;
+                     events.push_back(sse_event(chunk(ojson::array({choice}))));
+                   });
     return events;
+  }
+
+  void collect(const RequestOutput& out) {
+    for_each_piece(
+        out, [&](const engine::CompletionDelta& d, const std::string& text, const ojson& lp) {
+          texts[d.index] += text;
+          for (const char* k : {"text_offset", "token_logprobs", "tokens", "top_logprobs"}) {
+            for (auto& v : lp[k]) logprobs[d.index][k].push_back(v);
+          }
+        });
+  }
+
+  ojson final_response() const {
+    ojson choices = ojson::array();
+    for (size_t i = 0; i < texts.size(); ++i) {
+      ojson c = {{"index", i}, {"text", texts[i]}};
+      c["logprobs"] = req.logprobs ? logprobs[i] : ojson();
+      c["finish_reason"] = finish_reasons[i];
+      c["stop_reason"] = stop_reasons[i];
+      choices.push_back(std::move(c));
+    }
+    return response(std::move(choices));
   }
 };
 
-// Streams SSE from `next_events` (called per engine output) and ends with the usage chunk and
-// [DONE]; aborts the request when the client goes away.
-template <typename Job>
-void stream_response(httplib::Response& res, std::shared_ptr<Job> job, engine::Engine* eng,
+// Streams SSE from the job's `stream_events` (called per engine output) and ends with the usage
+// chunk and [DONE]; aborts the request when the client goes away.
+template <typename J>
+void stream_response(httplib::Response& res, std::shared_ptr<J> job, engine::Engine* eng,
                      std::vector<std::string> first_events) {
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream", [job, eng, first = std::move(first_events)](
@@ -387,14 +474,20 @@ void stream_response(httplib::Response& res, std::shared_ptr<Job> job, engine::E
           *job->stream, [&] { return write(": ping\n\n"); }, &client_gone);
       if (client_gone) return gone();
       if (!out) break;
-      for (const std::string& e : job->stream_events(*out)) {
+      std::vector<std::string> events;
+      if (out->error) {
+        events.push_back(sse_event_raw(error_json(*out->error)));
+      } else {
+        events = job->stream_events(*out);
+      }
+      for (const std::string& e : events) {
         if (!write(e)) return gone();
       }
       if (out->finished) break;  // the engine logs the finished request
     }
-    if (job->req.stream_options.include_usage) {
+    if (job->stream_options.include_usage) {
       ojson u = job->chunk(ojson::array());
-      u["usage"] = usage_json(job->num_prompt, job->num_completion, job->num_cached);
+      u["usage"] = job->usage();
       if (!write(sse_event(u))) return gone();
     }
     write(kSseDone);
@@ -403,15 +496,14 @@ void stream_response(httplib::Response& res, std::shared_ptr<Job> job, engine::E
   });
 }
 
-// Collects every output of a non-streaming request. While waiting, JSON-insignificant spaces are
-// written so that a client that went away is noticed (the write fails) and the request aborted.
-template <typename Job, typename OnOutput, typename Finish>
-void collect_response(httplib::Response& res, std::shared_ptr<Job> job, engine::Engine* eng,
-                      OnOutput on_output, Finish finish) {
+// Collects every output of a non-streaming request (the job's `collect`) and answers with its
+// `final_response`. While waiting, JSON-insignificant spaces are written so that a client that
+// went away is noticed (the write fails) and the request aborted.
+template <typename J>
+void collect_response(httplib::Response& res, std::shared_ptr<J> job, engine::Engine* eng) {
   // Not plain "application/json": httplib would gzip it, and the compressor holds back the spaces.
   res.set_chunked_content_provider(
-      "application/json; charset=utf-8",
-      [job, eng, on_output, finish](size_t, httplib::DataSink& sink) {
+      "application/json; charset=utf-8", [job, eng](size_t, httplib::DataSink& sink) {
         auto write = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
         bool client_gone = false;
         std::optional<Error> error;
@@ -420,7 +512,7 @@ void collect_response(httplib::Response& res, std::shared_ptr<Job> job, engine::
               *job->stream, [&] { return write(" "); }, &client_gone);
           if (client_gone || !out) break;
           if (out->error) error = *out->error;
-          on_output(*out);
+          job->collect(*out);
           if (out->finished) break;  // the engine logs the finished request
           if (!write(" ")) {
             client_gone = true;
@@ -432,7 +524,7 @@ void collect_response(httplib::Response& res, std::shared_ptr<Job> job, engine::
           job->metrics->count_finished("abort");  // its final output is never read
           return false;
         }
-        std::string body = error ? error_json(*error) : dump_json(finish());
+        std::string body = error ? error_json(*error) : dump_json(job->final_response());
         write(body);
         sink.done();
         return true;
@@ -476,6 +568,27 @@ Status Routes::check_model_name(const std::string& name) const {
   return make_error(ErrorCode::kNotFound, "The model `{}` does not exist.", name);
 }
 
+template <typename T, typename Parse>
+std::optional<T> Routes::parse_body(const httplib::Request& req, httplib::Response& res,
+                                    const ServingModel& m, Parse parse) const {
+  auto body = parse_json_body(req.body);
+  if (!body) {
+    send_error(res, body.error());
+    return std::nullopt;
+  }
+  std::string param;
+  auto parsed = parse(*body, m.tokenizer->vocab_size(), &param);
+  if (!parsed) {
+    send_error(res, parsed.error(), param);
+    return std::nullopt;
+  }
+  if (auto st = check_model_name(parsed->model); !st) {
+    send_error(res, st.error(), "model");
+    return std::nullopt;
+  }
+  return std::move(*parsed);
+}
+
 void Routes::health(const httplib::Request&, httplib::Response& res) {
   if (!ready_or_503(res)) return;
   res.status = 200;
@@ -510,12 +623,11 @@ void Routes::metrics(const httplib::Request&, httplib::Response& res) {
 void Routes::tokenize(const httplib::Request& req, httplib::Response& res) {
   const ServingModel* m = ready_or_503(res);
   if (!m) return;
-  auto body = parse_json_body(req.body);
-  if (!body) return send_error(res, body.error());
-  std::string param;
-  auto tr = parse_tokenize_request(*body, &param);
-  if (!tr) return send_error(res, tr.error(), param);
-  if (auto st = check_model_name(tr->model); !st) return send_error(res, st.error(), "model");
+  auto tr =
+      parse_body<TokenizeRequest>(req, res, *m, [](const ojson& body, int64_t, std::string* param) {
+        return parse_tokenize_request(body, param);
+      });
+  if (!tr) return;
   std::string text;
   if (tr->prompt) {
     text = *tr->prompt;
@@ -541,31 +653,18 @@ void Routes::tokenize(const httplib::Request& req, httplib::Response& res) {
 void Routes::detokenize(const httplib::Request& req, httplib::Response& res) {
   const ServingModel* m = ready_or_503(res);
   if (!m) return;
-  auto body = parse_json_body(req.body);
-  if (!body) return send_error(res, body.error());
-  std::string param;
-  auto dr = parse_detokenize_request(*body, m->tokenizer->vocab_size(), &param);
-  if (!dr) return send_error(res, dr.error(), param);
-  if (auto st = check_model_name(dr->model); !st) return send_error(res, st.error(), "model");
+  auto dr = parse_body<DetokenizeRequest>(req, res, *m, parse_detokenize_request);
+  if (!dr) return;
   send_json(res, {{"prompt", m->tokenizer->decode(dr->tokens, /*skip_special_tokens=*/false)}});
 }
 
 void Routes::chat_completions(const httplib::Request& req, httplib::Response& res) {
   const ServingModel* m = ready_or_503(res);
   if (!m) return;
-  auto body = parse_json_body(req.body);
-  if (!body) return send_error(res, body.error());
-  std::string param;
-  const int64_t vocab = m->tokenizer->vocab_size();
-  auto parsed = parse_chat_request(*body, vocab, &param);
-  if (!parsed) return send_error(res, parsed.error(), param);
-  if (auto st = check_model_name(parsed->model); !st) return send_error(res, st.error(), "model");
+  auto parsed = parse_body<ChatRequest>(req, res, *m, parse_chat_request);
+  if (!parsed) return;
 
-  auto job = std::make_shared<ChatJob>();
-  job->model = m;
-  job->cfg = &config_;
-  job->metrics = &metrics_;
-  job->req = std::move(*parsed);
+  auto job = std::make_shared<ChatJob>(m, &metrics_, &config_, std::move(*parsed));
   ChatRequest& cr = job->req;
   const bool wants_tools = cr.tool_choice != ToolChoice::kNone;
   if (wants_tools && cr.tool_choice == ToolChoice::kAuto &&
@@ -584,11 +683,7 @@ void Routes::chat_completions(const httplib::Request& req, httplib::Response& re
   }
   job->tools_active = wants_tools;
   job->reasoning_active = !config_.reasoning_parser.empty();
-  ojson kwargs = config_.default_chat_template_kwargs;
-  for (auto it = cr.chat_template_kwargs.begin(); it != cr.chat_template_kwargs.end(); ++it) {
-    kwargs[it.key()] = *it;
-  }
-  job->thinking = thinking_enabled(kwargs);
+  job->thinking = thinking_enabled(template_kwargs(config_, cr.chat_template_kwargs));
   job->schemas = tool_schemas(cr.tools);
   const bool hide_tools =
       cr.tool_choice == ToolChoice::kNone && config_.exclude_tools_when_tool_choice_none;
@@ -597,92 +692,34 @@ void Routes::chat_completions(const httplib::Request& req, httplib::Response& re
   if (!prompt) return send_error(res, prompt.error(), "messages");
   auto ids = m->tokenizer->encode(*prompt, /*add_special_tokens=*/false);
   if (!ids) return send_error(res, ids.error(), "messages");
-  job->num_prompt = static_cast<int>(ids->size());
-  if (auto st =
-          check_context(job->num_prompt, cr.params.max_tokens, m->engine->config().max_model_len);
-      !st) {
-    return send_error(res, st.error(), "messages");
-  }
   // Tag tokens must survive detokenization for the parsers to see them.
   if (job->tools_active || job->reasoning_active) cr.params.skip_special_tokens = false;
-
-  job->id = "chatcmpl-" + random_hex(32);
-  job->model_name = cr.model.empty() ? model_name() : cr.model;
-  job->created = now_unix();
   job->choices.resize(cr.params.n);
   for (ChatChoice& ch : job->choices) {
     if (job->reasoning_active) ch.reasoning.emplace(job->thinking);
     if (job->tools_active) ch.tools.emplace(job->schemas);
   }
-  engine::Request request;
-  request.request_id = job->id;
-  request.prompt_token_ids = std::move(*ids);
-  request.params = cr.params;
-  auto stream = m->engine->add_request(std::move(request));
-  if (!stream) return send_error(res, stream.error());
-  job->stream = *stream;
+  if (!job->start(res, "messages", "chatcmpl-", served_name(cr.model), std::move(*ids), cr.params))
+    return;
 
-  if (cr.stream) {
-    std::vector<std::string> first;
-    for (int i = 0; i < cr.params.n; ++i) {
-      ojson choice = {{"index", i},
-                      {"delta", {{"role", "assistant"}, {"content", ""}}},
-                      {"logprobs", nullptr},
-                      {"finish_reason", nullptr}};
-      first.push_back(sse_event(job->chunk(ojson::array({choice}))));
-    }
-    return stream_response(res, job, m->engine, std::move(first));
+  if (!cr.stream) return collect_response(res, job, m->engine);
+  std::vector<std::string> first;
+  for (int i = 0; i < cr.params.n; ++i) {
+    ojson choice = {{"index", i},
+                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}};
+    first.push_back(sse_event(job->chunk(ojson::array({choice}))));
   }
-  auto finish_reasons = std::make_shared<std::vector<ojson>>(cr.params.n);
-  auto stop_reasons = std::make_shared<std::vector<ojson>>(cr.params.n);
-  collect_response(
-      res, job, m->engine,
-      [job, finish_reasons, stop_reasons](const RequestOutput& out) {
-        job->num_cached = out.num_cached_tokens;
-        for (const engine::CompletionDelta& d : out.outputs) {
-          if (d.index < 0 || d.index >= static_cast<int>(job->choices.size())) continue;
-          ChatChoice& ch = job->choices[d.index];
-          ch.text += d.text;
-          job->num_completion += static_cast<int>(d.new_token_ids.size());
-          ch.logprobs.insert(ch.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-          if (d.finish_reason) {
-            (*finish_reasons)[d.index] = engine::finish_reason_name(*d.finish_reason);
-            (*stop_reasons)[d.index] = stop_reason_json(d);
-            job->metrics->count_finished(engine::finish_reason_name(*d.finish_reason));
-          }
-        }
-      },
-      [job, finish_reasons, stop_reasons]() {
-        ojson choices = job->final_response();
-        for (size_t i = 0; i < choices.size(); ++i) {
-          ojson reason = (*finish_reasons)[i];
-          if (reason == "stop" && !choices[i]["message"]["tool_calls"].empty())
-            reason = "tool_calls";
-          choices[i]["finish_reason"] = reason;
-          choices[i]["stop_reason"] = (*stop_reasons)[i];
-        }
-        return ojson{{"id", job->id},
-                     {"object", "chat.completion"},
-                     {"created", job->created},
-                     {"model", job->model_name},
-                     {"choices", choices},
-                     {"usage", usage_json(job->num_prompt, job->num_completion, job->num_cached)}};
-      });
+  stream_response(res, job, m->engine, std::move(first));
 }
 
 void Routes::completions(const httplib::Request& req, httplib::Response& res) {
   const ServingModel* m = ready_or_503(res);
   if (!m) return;
-  auto body = parse_json_body(req.body);
-  if (!body) return send_error(res, body.error());
-  std::string param;
-  auto parsed = parse_completion_request(*body, m->tokenizer->vocab_size(), &param);
-  if (!parsed) return send_error(res, parsed.error(), param);
-  if (auto st = check_model_name(parsed->model); !st) return send_error(res, st.error(), "model");
-  auto job = std::make_shared<CompletionJob>();
-  job->model = m;
-  job->metrics = &metrics_;
-  job->req = std::move(*parsed);
+  auto parsed = parse_body<CompletionRequest>(req, res, *m, parse_completion_request);
+  if (!parsed) return;
+  auto job = std::make_shared<CompletionJob>(m, &metrics_, std::move(*parsed));
   CompletionRequest& cr = job->req;
   std::vector<int32_t> ids;
   if (cr.prompt_text) {
@@ -697,66 +734,13 @@ void Routes::completions(const httplib::Request& req, httplib::Response& res) {
   if (ids.empty())
     return send_error(res, make_error(ErrorCode::kInvalidArgument, "'prompt' must not be empty"),
                       "prompt");
-  job->num_prompt = static_cast<int>(ids.size());
-  if (auto st =
-          check_context(job->num_prompt, cr.params.max_tokens, m->engine->config().max_model_len);
-      !st) {
-    return send_error(res, st.error(), "prompt");
-  }
-  job->id = "cmpl-" + random_hex(32);
-  job->model_name = cr.model.empty() ? model_name() : cr.model;
-  job->created = now_unix();
   job->texts.resize(cr.params.n);
   job->logprobs.assign(cr.params.n, empty_completion_logprobs());
   job->offsets.assign(cr.params.n, 0);
   job->echoed.assign(cr.params.n, false);
-  engine::Request request;
-  request.request_id = job->id;
-  request.prompt_token_ids = std::move(ids);
-  request.params = cr.params;
-  auto stream = m->engine->add_request(std::move(request));
-  if (!stream) return send_error(res, stream.error());
-  job->stream = *stream;
+  if (!job->start(res, "prompt", "cmpl-", served_name(cr.model), std::move(ids), cr.params)) return;
   if (cr.stream) return stream_response(res, job, m->engine, {});
-
-  auto finish_reasons = std::make_shared<std::vector<ojson>>(cr.params.n);
-  auto stop_reasons = std::make_shared<std::vector<ojson>>(cr.params.n);
-  collect_response(
-      res, job, m->engine,
-      [job, finish_reasons, stop_reasons](const RequestOutput& out) {
-        job->num_cached = out.num_cached_tokens;
-        if (out.prompt_logprobs) job->prompt_logprobs = out.prompt_logprobs;
-        for (const engine::CompletionDelta& d : out.outputs) {
-          if (d.index < 0 || d.index >= static_cast<int>(job->texts.size())) continue;
-          job->num_completion += static_cast<int>(d.new_token_ids.size());
-          auto [text, lp] = job->piece(d);
-          job->texts[d.index] += text;
-          for (const char* k : {"text_offset", "token_logprobs", "tokens", "top_logprobs"}) {
-            for (auto& v : lp[k]) job->logprobs[d.index][k].push_back(v);
-          }
-          if (d.finish_reason) {
-            (*finish_reasons)[d.index] = engine::finish_reason_name(*d.finish_reason);
-            (*stop_reasons)[d.index] = stop_reason_json(d);
-            job->metrics->count_finished(engine::finish_reason_name(*d.finish_reason));
-          }
-        }
-      },
-      [job, finish_reasons, stop_reasons]() {
-        ojson choices = ojson::array();
-        for (size_t i = 0; i < job->texts.size(); ++i) {
-          ojson c = {{"index", i}, {"text", job->texts[i]}};
-          c["logprobs"] = job->req.logprobs ? job->logprobs[i] : ojson();
-          c["finish_reason"] = (*finish_reasons)[i];
-          c["stop_reason"] = (*stop_reasons)[i];
-          choices.push_back(std::move(c));
-        }
-        return ojson{{"id", job->id},
-                     {"object", "text_completion"},
-                     {"created", job->created},
-                     {"model", job->model_name},
-                     {"choices", choices},
-                     {"usage", usage_json(job->num_prompt, job->num_completion, job->num_cached)}};
-      });
+  collect_response(res, job, m->engine);
 }
 
 }  // namespace flint::server

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "server/http_server.h"
@@ -33,7 +34,15 @@ class Routes {
  private:
   const ServingModel* ready_or_503(httplib::Response& res) const;
   Status check_model_name(const std::string& name) const;
-  const std::string& model_name() const { return config_.served_model_names.front(); }
+  // The request body parsed by `parse(body, vocab_size, &param)`, its model name checked; empty,
+  // with the error sent, otherwise.
+  template <typename T, typename Parse>
+  std::optional<T> parse_body(const httplib::Request& req, httplib::Response& res,
+                              const ServingModel& m, Parse parse) const;
+  // The name a response echoes: the requested one, else the first served name.
+  std::string served_name(const std::string& requested) const {
+    return requested.empty() ? config_.served_model_names.front() : requested;
+  }
 
   const ServerConfig& config_;
   std::atomic<const ServingModel*> model_{nullptr};

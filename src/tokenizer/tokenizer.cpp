@@ -184,22 +184,15 @@ void apply_behavior(SplitBehavior behavior, const Span& sp, Work& w, bool prefix
         if (!p.is_match) out.emplace_back(p.b, p.e);
       }
       break;
-    case SplitBehavior::kContiguous: {
-      bool prev = false;
-      for (const auto& p : parts) {
-        if (p.is_match == prev && !out.empty()) {
-          out.back().second = p.e;
-        } else {
-          out.emplace_back(p.b, p.e);
-        }
-        prev = p.is_match;
-      }
-      break;
-    }
+    case SplitBehavior::kContiguous:
     case SplitBehavior::kMergedWithPrevious: {
+      // Contiguous joins a part to the one before it when both match or both don't;
+      // MergedWithPrevious joins a match to the non-match before it.
+      const bool contiguous = behavior == SplitBehavior::kContiguous;
       bool prev = false;
       for (const auto& p : parts) {
-        if (p.is_match && !prev && !out.empty()) {
+        const bool join = contiguous ? p.is_match == prev : p.is_match && !prev;
+        if (join && !out.empty()) {
           out.back().second = p.e;
         } else {
           out.emplace_back(p.b, p.e);

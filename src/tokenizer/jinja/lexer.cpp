@@ -23,6 +23,21 @@ std::string rstrip_ws(const std::string& s) {
   return s.substr(0, end);
 }
 
+// The data before a tag, trimmed as the tag asks: `{%-` strips its trailing whitespace; otherwise,
+// with `lstrip` and unless `{%+`, the spaces that indent the tag on its own line go
+// (`line_starting`: the data starts a line).
+std::string trim_before_tag(std::string text, char mod, bool lstrip, bool line_starting) {
+  if (mod == '-') return rstrip_ws(text);
+  if (mod == '+' || !lstrip) return text;
+  size_t l_pos = text.rfind('\n');
+  l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
+  if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
+      std::all_of(text.begin() + static_cast<long>(l_pos), text.end(), is_ws)) {
+    text.resize(l_pos);
+  }
+  return text;
+}
+
 class Lexer {
  public:
   explicit Lexer(const std::string& src) : src_(src) {
@@ -43,17 +58,7 @@ class Lexer {
       }
       char kind = src_[p + 1];
       char mod = p + 2 < src_.size() ? src_[p + 2] : '\0';
-      bool line_starting = pos == 0 || src_[pos - 1] == '\n';
-      if (mod == '-') {
-        text = rstrip_ws(text);
-      } else if (mod != '+' && kind != '{') {
-        size_t l_pos = text.rfind('\n');
-        l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
-        if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
-            std::all_of(text.begin() + static_cast<long>(l_pos), text.end(), is_ws)) {
-          text.resize(l_pos);
-        }
-      }
+      text = trim_before_tag(std::move(text), mod, /*lstrip=*/kind != '{', starts_line(pos));
       if (!text.empty()) emit(TokType::kData, std::move(text), pos);
       size_t after = p + 2 + ((mod == '-' || mod == '+') ? 1 : 0);
       Result<size_t> next = kind == '#'   ? comment(p, after)
@@ -80,6 +85,8 @@ class Lexer {
     }
     return std::string::npos;
   }
+
+  bool starts_line(size_t pos) const { return pos == 0 || src_[pos - 1] == '\n'; }
 
   void set_pos(Token& t, size_t pos) const {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), pos);
@@ -157,17 +164,7 @@ class Lexer {
         continue;
       }
       std::string text = src_.substr(q, p - q);
-      bool line_starting = q == 0 || src_[q - 1] == '\n';
-      if (mod == '-') {
-        text = rstrip_ws(text);
-      } else if (mod != '+') {
-        size_t l_pos = text.rfind('\n');
-        l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
-        if ((l_pos > 0 || line_starting) && l_pos < text.size() &&
-            std::all_of(text.begin() + static_cast<long>(l_pos), text.end(), is_ws)) {
-          text.resize(l_pos);
-        }
-      }
+      text = trim_before_tag(std::move(text), mod, /*lstrip=*/true, starts_line(q));
       if (!text.empty()) emit(TokType::kData, std::move(text), q);
       return after_end(r, 2, emod, true);
     }

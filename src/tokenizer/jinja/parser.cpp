@@ -391,26 +391,26 @@ class Parser {
     return b;
   }
 
-  Result<ExprPtr> parse_or() {
-    FLINT_ASSIGN_OR_RETURN(ExprPtr left, parse_and());
-    while (is_name("or")) {
+  // One left-associative level of binary operators: operands from `operand()`, an operator
+  // (named by its token's text) wherever `at_op()` holds.
+  template <typename Operand, typename AtOp>
+  Result<ExprPtr> binary_level(Operand operand, AtOp at_op) {
+    FLINT_ASSIGN_OR_RETURN(ExprPtr left, operand());
+    while (at_op()) {
       const Token at = cur();
       advance();
-      FLINT_ASSIGN_OR_RETURN(ExprPtr right, parse_and());
-      left = binary(at, "or", std::move(left), std::move(right));
+      FLINT_ASSIGN_OR_RETURN(ExprPtr right, operand());
+      left = binary(at, at.text, std::move(left), std::move(right));
     }
     return left;
   }
 
+  Result<ExprPtr> parse_or() {
+    return binary_level([&] { return parse_and(); }, [&] { return is_name("or"); });
+  }
+
   Result<ExprPtr> parse_and() {
-    FLINT_ASSIGN_OR_RETURN(ExprPtr left, parse_not());
-    while (is_name("and")) {
-      const Token at = cur();
-      advance();
-      FLINT_ASSIGN_OR_RETURN(ExprPtr right, parse_not());
-      left = binary(at, "and", std::move(left), std::move(right));
-    }
-    return left;
+    return binary_level([&] { return parse_not(); }, [&] { return is_name("and"); });
   }
 
   Result<ExprPtr> parse_not() {
@@ -461,47 +461,20 @@ class Parser {
   }
 
   Result<ExprPtr> parse_math1() {
-    FLINT_ASSIGN_OR_RETURN(ExprPtr left, parse_concat());
-    while (is_op("+") || is_op("-")) {
-      const Token at = cur();
-      advance();
-      FLINT_ASSIGN_OR_RETURN(ExprPtr right, parse_concat());
-      left = binary(at, at.text, std::move(left), std::move(right));
-    }
-    return left;
+    return binary_level([&] { return parse_concat(); }, [&] { return is_op("+") || is_op("-"); });
   }
 
   Result<ExprPtr> parse_concat() {
-    FLINT_ASSIGN_OR_RETURN(ExprPtr left, parse_math2());
-    while (is_op("~")) {
-      const Token at = cur();
-      advance();
-      FLINT_ASSIGN_OR_RETURN(ExprPtr right, parse_math2());
-      left = binary(at, "~", std::move(left), std::move(right));
-    }
-    return left;
+    return binary_level([&] { return parse_math2(); }, [&] { return is_op("~"); });
   }
 
   Result<ExprPtr> parse_math2() {
-    FLINT_ASSIGN_OR_RETURN(ExprPtr left, parse_pow());
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const Token at = cur();
-      advance();
-      FLINT_ASSIGN_OR_RETURN(ExprPtr right, parse_pow());
-      left = binary(at, at.text, std::move(left), std::move(right));
-    }
-    return left;
+    return binary_level([&] { return parse_pow(); },
+                        [&] { return is_op("*") || is_op("/") || is_op("//") || is_op("%"); });
   }
 
   Result<ExprPtr> parse_pow() {
-    FLINT_ASSIGN_OR_RETURN(ExprPtr left, parse_unary(true));
-    while (is_op("**")) {
-      const Token at = cur();
-      advance();
-      FLINT_ASSIGN_OR_RETURN(ExprPtr right, parse_unary(true));
-      left = binary(at, "**", std::move(left), std::move(right));
-    }
-    return left;
+    return binary_level([&] { return parse_unary(true); }, [&] { return is_op("**"); });
   }
 
   Result<ExprPtr> parse_unary(bool with_filter) {
