@@ -1,7 +1,8 @@
 // `flint serve [MODEL]`: the OpenAI-compatible server with vLLM's flag names. The HTTP port opens
 // first (GET /health answers 503 "Loading model"), then the tokenizer, chat template, weights and
 // engine load, on the CPU or on the GPU (--device; its KV cache sized from
-// --gpu-memory-utilization by backends/cuda/memory_plan). Test: tests/python/server/.
+// --gpu-memory-utilization by backends/cuda/memory_plan; --load-format dummy weights generated on
+// the GPU itself). Test: tests/python/server/.
 // Needs the server layer (absent on the GPU image): empty without it.
 #ifdef FLINT_HAVE_SERVER
 #include <spdlog/spdlog.h>
@@ -48,6 +49,8 @@ struct ServeArgs {
   std::string kv_cache_memory;  // empty: 1G on the CPU, from --gpu-memory-utilization on the GPU
   std::string device = "auto";
   std::string load_format = "auto";
+  std::string dtype = "auto";
+  std::string quantization;  // empty: none
   uint64_t seed = 0;
   std::vector<std::string> api_keys;
   std::string chat_template;
@@ -135,20 +138,47 @@ Result<tokenizer::Tokenizer> load_tokenizer(const std::string& path, const std::
   return tokenizer::Tokenizer::from_json_file(file);
 }
 
-// --load-format dummy: the model's config (or --hf-config-path) with random BF16 weights, as vLLM
-// does for benchmarks; the checkpoint's weight files are not read.
-Result<model::FlintWeights> dummy_weights(const ServeArgs& a,
-                                          const std::optional<model::FlintConfig>& override_cfg) {
-  model::FlintConfig cfg;
-  if (override_cfg) {
-    cfg = *override_cfg;
-  } else if (a.model.ends_with(".gguf")) {
+// --load-format dummy: the model's config (or --hf-config-path), for random weights as vLLM makes
+// for benchmarks; the checkpoint's weight files are not read.
+Result<model::FlintConfig> dummy_config(const ServeArgs& a,
+                                        const std::optional<model::FlintConfig>& override_cfg) {
+  if (override_cfg) return *override_cfg;
+  if (a.model.ends_with(".gguf")) {
     FLINT_ASSIGN_OR_RETURN(auto gguf, formats::GgufFile::open(a.model));
-    FLINT_ASSIGN_OR_RETURN(cfg, model::FlintConfig::from_gguf(gguf));
-  } else {
-    FLINT_ASSIGN_OR_RETURN(cfg, model::FlintConfig::from_hf_path(a.model));
+    return model::FlintConfig::from_gguf(gguf);
   }
-  return model::FlintWeights::dummy(cfg, DType::kBF16, a.seed);
+  return model::FlintConfig::from_hf_path(a.model);
+}
+
+bool wants_nvfp4(const ServeArgs& a) { return !a.quantization.empty(); }
+
+// MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolved to local paths through the
+// shared HF cache (downloading what is missing unless HF_HUB_OFFLINE=1). --load-format dummy reads
+// no weight files, so a repo id MODEL supplies only its config and tokenizer files.
+Status resolve_args(ServeArgs& a) {
+  std::error_code ec;
+  if (a.load_format != "dummy" || fs::exists(a.model, ec)) {
+    return resolve_model_args(a.model, a.tokenizer, a.hf_config_path);
+  }
+  FLINT_ASSIGN_OR_RETURN(a.tokenizer, resolve_model_arg(a.tokenizer.empty() ? a.model : a.tokenizer,
+                                                        ArgKind::kTokenizer));
+  FLINT_ASSIGN_OR_RETURN(
+      a.hf_config_path,
+      resolve_model_arg(a.hf_config_path.empty() ? a.model : a.hf_config_path, ArgKind::kConfig));
+  return ok();
+}
+
+// --quantization names what a checkpoint holds (vLLM checks it against the checkpoint too); its
+// weights are served in their stored types either way.
+Status check_quantization(const ServeArgs& a, const model::FlintWeights& w) {
+  if (!wants_nvfp4(a) || w.layers.empty()) return ok();
+  const DType stored = w.layers[0].q.w.dtype();
+  if (stored == DType::kNVFP4) return ok();
+  return make_error(
+      ErrorCode::kInvalidArgument,
+      "serve: --quantization {} but {} stores {} linear weights (leave --quantization "
+      "out: a checkpoint is served in its stored types)",
+      a.quantization, a.model, stored);
 }
 
 // The CPU backend: an f32 KV cache of --kv-cache-memory bytes (default 1G).
@@ -162,13 +192,15 @@ Result<std::unique_ptr<model::Backend>> cpu_backend(const ServeArgs& a,
   return std::unique_ptr<model::Backend>(std::make_unique<cpu::CpuBackend>(weights, a.threads));
 }
 
-// The CUDA backend: weights uploaded, one profiling step of --max-num-batched-tokens run, and the
-// bf16 KV cache sized from what is left (vLLM's rule) unless --kv-cache-memory says otherwise.
+// The CUDA backend: weights uploaded (or, with no host weights, --load-format dummy's generated on
+// the GPU: BF16, or NVFP4 with --quantization), one profiling step of --max-num-batched-tokens run,
+// and the bf16 KV cache sized from what is left (vLLM's rule) unless --kv-cache-memory says
+// otherwise.
 Result<std::unique_ptr<model::Backend>> gpu_backend(const ServeArgs& a,
-                                                    const model::FlintWeights& weights,
+                                                    const model::FlintConfig& cfg,
+                                                    const model::FlintWeights* weights,
                                                     engine::EngineConfig& ec) {
 #ifdef FLINT_HAVE_CUDA
-  const model::FlintConfig& cfg = weights.config;
   cuda::GpuMemoryRequest req;
   req.gpu_memory_utilization = a.gpu_memory_utilization;
   if (!a.kv_cache_memory.empty()) {
@@ -195,8 +227,15 @@ Result<std::unique_ptr<model::Backend>> gpu_backend(const ServeArgs& a,
   shape.page_size = ec.page_size;
   cuda::GpuMemoryFacts facts;
   const auto t0 = std::chrono::steady_clock::now();
-  FLINT_ASSIGN_OR_RETURN(auto backend, cuda::create_profiled_backend(weights, shape, &facts));
-  spdlog::info("gpu: weights uploaded and a {}-token profiling step run in {:.2f}s",
+  const DType dummy_dtype = wants_nvfp4(a) ? DType::kNVFP4 : DType::kBF16;
+  FLINT_ASSIGN_OR_RETURN(auto backend, weights != nullptr
+                                           ? cuda::create_profiled_backend(*weights, shape, &facts)
+                                           : cuda::create_profiled_dummy_backend(
+                                                 cfg, dummy_dtype, a.seed, shape, &facts));
+  spdlog::info("gpu: {} and a {}-token profiling step run in {:.2f}s",
+               weights != nullptr
+                   ? std::string("weights uploaded")
+                   : fmt::format("dummy {} weights generated on the GPU", dummy_dtype),
                shape.num_tokens,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   FLINT_ASSIGN_OR_RETURN(
@@ -207,7 +246,7 @@ Result<std::unique_ptr<model::Backend>> gpu_backend(const ServeArgs& a,
   ec.kv_cache_memory = plan.kv_cache_bytes;
   return std::unique_ptr<model::Backend>(std::move(backend));
 #else
-  (void)a, (void)weights, (void)ec;
+  (void)a, (void)cfg, (void)weights, (void)ec;
   return make_error(ErrorCode::kUnsupported, "this flint was built without CUDA");
 #endif
 }
@@ -221,11 +260,16 @@ struct Loaded {
 };
 
 Status load(const ServeArgs& args, Loaded& out) {
-  // MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolve them to local paths
-  // through the shared HF cache (downloading what is missing unless HF_HUB_OFFLINE=1).
   ServeArgs a = args;
   FLINT_ASSIGN_OR_RETURN(Device device, resolve_device(a.device));
-  FLINT_TRY(resolve_model_args(a.model, a.tokenizer, a.hf_config_path));
+  const bool dummy = a.load_format == "dummy";
+  if (dummy && wants_nvfp4(a) && device == Device::kCpu) {
+    return make_error(ErrorCode::kUnsupported,
+                      "serve: --load-format dummy with --quantization {} needs --device cuda (the "
+                      "CPU backend's dummy weights are bf16)",
+                      a.quantization);
+  }
+  FLINT_TRY(resolve_args(a));
   std::optional<model::FlintConfig> override_cfg;
   if (!a.hf_config_path.empty()) {
     auto c = model::FlintConfig::from_hf_path(a.hf_config_path);
@@ -246,12 +290,19 @@ Status load(const ServeArgs& args, Loaded& out) {
   } else {
     spdlog::warn("serve: the model has no chat template; /v1/chat/completions will fail");
   }
-  auto weights = a.load_format == "dummy"
-                     ? dummy_weights(a, override_cfg)
-                     : model::FlintWeights::load(a.model, override_cfg ? &*override_cfg : nullptr);
-  if (!weights) return weights.error().with_context("serve: loading {}", a.model);
-  out.weights.emplace(std::move(*weights));
-  model::FlintConfig& cfg = out.weights->config;
+  // The config, and the host weights unless dummy ones are made below.
+  model::FlintConfig cfg;
+  if (dummy) {
+    auto c = dummy_config(a, override_cfg);
+    if (!c) return c.error().with_context("serve: --load-format dummy: the config of {}", a.model);
+    cfg = std::move(*c);
+  } else {
+    auto weights = model::FlintWeights::load(a.model, override_cfg ? &*override_cfg : nullptr);
+    if (!weights) return weights.error().with_context("serve: loading {}", a.model);
+    FLINT_TRY(check_quantization(a, *weights));
+    cfg = weights->config;
+    out.weights.emplace(std::move(*weights));
+  }
   if (a.generation_config == "vllm") cfg.generation = model::GenerationDefaults{};
   if (out.tok->vocab_size() > cfg.vocab_size) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -271,8 +322,18 @@ Status load(const ServeArgs& args, Loaded& out) {
   ec.max_num_waiting = a.max_num_waiting;
   ec.extra_eos_token_ids = cfg.generation.eos_token_ids;
   if (auto e = out.tok->eos_id()) ec.extra_eos_token_ids.push_back(*e);
-  auto backend =
-      device == Device::kCuda ? gpu_backend(a, *out.weights, ec) : cpu_backend(a, *out.weights, ec);
+  // --load-format dummy: random BF16 weights of the config on the host for the CPU backend; the
+  // CUDA backend generates its own on the GPU (no host copy: 80 GB at Flint's full size).
+  if (dummy && device == Device::kCpu) {
+    auto weights = model::FlintWeights::dummy(cfg, DType::kBF16, a.seed);
+    if (!weights) return weights.error().with_context("serve: --load-format dummy");
+    out.weights.emplace(std::move(*weights));
+  }
+  // The backends take the config (and the generation defaults the engine reads) from the weights.
+  if (out.weights) out.weights->config.generation = cfg.generation;
+  auto backend = device == Device::kCuda
+                     ? gpu_backend(a, cfg, out.weights ? &*out.weights : nullptr, ec)
+                     : cpu_backend(a, *out.weights, ec);
   if (!backend) return backend.error().with_context("serve");
   auto decoder = std::make_shared<server::TokenizerDecoder>(*out.tok);
   auto eng = engine::Engine::create(ec, std::move(*backend), decoder);
@@ -331,6 +392,18 @@ Result<server::ServerConfig> server_config(const ServeArgs& a) {
   if (a.load_format != "auto" && a.load_format != "dummy") {
     return make_error(ErrorCode::kInvalidArgument,
                       "serve: --load-format must be auto or dummy, got '{}'", a.load_format);
+  }
+  if (a.dtype != "auto" && a.dtype != "bfloat16") {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: --dtype must be auto or bfloat16 (flint has no float16 or float32 "
+                      "weights path), got '{}'",
+                      a.dtype);
+  }
+  if (!a.quantization.empty() && a.quantization != "nvfp4" && a.quantization != "modelopt_fp4") {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "serve: --quantization must be nvfp4 (or vLLM's name for it, modelopt_fp4), "
+                      "got '{}'",
+                      a.quantization);
   }
   if (!(a.gpu_memory_utilization > 0.0 && a.gpu_memory_utilization <= 1.0)) {
     return make_error(ErrorCode::kInvalidArgument,
@@ -423,8 +496,14 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "KV cache bytes (e.g. 512M, 2G); CPU default 1G, GPU default: what "
                   "--gpu-memory-utilization leaves");
   cmd->add_option("--load-format", a->load_format,
-                  "auto (read the checkpoint) or dummy (random weights of its config)");
-  cmd->add_option("--seed", a->seed, "seed for requests that set none");
+                  "auto (read the checkpoint) or dummy (random weights of its config; on the GPU "
+                  "generated there)");
+  cmd->add_option("--dtype", a->dtype,
+                  "auto or bfloat16 (dummy weights are bf16; a checkpoint keeps its stored types)");
+  cmd->add_option("--quantization,-q", a->quantization,
+                  "nvfp4 (or modelopt_fp4): NVFP4 dummy weights on the GPU; with a checkpoint, "
+                  "checks that it is NVFP4");
+  cmd->add_option("--seed", a->seed, "seed for requests that set none, and for dummy weights");
   cmd->add_option("--api-key", a->api_keys, "accepted API keys (also VLLM_API_KEY)");
   cmd->add_option("--chat-template", a->chat_template, "template file or inline Jinja");
   cmd->add_option("--default-chat-template-kwargs", a->default_chat_template_kwargs,

@@ -41,6 +41,19 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::FlintWeigh
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(w).value(), s));
 }
 
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create_dummy(const model::FlintConfig& config,
+                                                               DType linear_dtype, uint64_t seed) {
+  if (!device_available()) return make_error(ErrorCode::kUnavailable, "cuda: no CUDA device");
+  cudaStream_t s;
+  FLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto w = DeviceWeights::dummy(config, linear_dtype, seed, s);
+  if (!w) {
+    cudaStreamDestroy(s);
+    return w.error().with_context("generating dummy {} weights", linear_dtype);
+  }
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(w).value(), s));
+}
+
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   clear_graphs();

@@ -22,6 +22,11 @@ class CudaBackend final : public model::Backend {
  public:
   // Uploads the weights (NVFP4 repacked and checked). Errors: no device, unsupported dtypes, OOM.
   static Result<std::unique_ptr<CudaBackend>> create(const model::FlintWeights& weights);
+  // Random weights of `config`'s shape generated on the GPU (DeviceWeights::dummy: linear layers in
+  // `linear_dtype`, BF16 or NVFP4) for --load-format dummy, so nothing is built on the host.
+  // Errors: no device, a config dummy() refuses, OOM.
+  static Result<std::unique_ptr<CudaBackend>> create_dummy(const model::FlintConfig& config,
+                                                           DType linear_dtype, uint64_t seed);
   ~CudaBackend() override;
 
   const model::FlintConfig& config() const override { return weights_.config(); }

@@ -193,26 +193,30 @@ model::KvCacheSpec profile_kv_spec(const model::FlintConfig& c, const ProfileSha
   return spec;
 }
 
-Result<std::unique_ptr<CudaBackend>> create_profiled_backend(const model::FlintWeights& weights,
-                                                             const ProfileShape& shape,
-                                                             GpuMemoryFacts* facts) {
+namespace {
+
+// Creates the backend with `make` (its weights are what the device's free memory lost meanwhile),
+// then runs the profiling step on a minimal KV cache. `smaller` says how to make the weights fit.
+template <typename Make>
+Result<std::unique_ptr<CudaBackend>> profiled(Make&& make, const char* smaller,
+                                              const ProfileShape& shape, GpuMemoryFacts* facts) {
   FLINT_ASSIGN_OR_RETURN(GpuInfo info, gpu_info());
   FLINT_CUDA_CHECK(cudaFree(nullptr));  // creates the context, so it counts as in use before us
   const int64_t free0 = free_now();
   facts->total = info.total;
   facts->used_at_start = info.total - free0;
-  auto backend = CudaBackend::create(weights);
+  Result<std::unique_ptr<CudaBackend>> backend = make();
   if (!backend) {
     if (backend.error().code == ErrorCode::kOutOfMemory) {
       return make_error(ErrorCode::kOutOfMemory,
                         "gpu memory: the weights do not fit on the {} ({:.2f} GiB free of {:.2f} "
-                        "GiB); serve a smaller (NVFP4) checkpoint: {}",
-                        info.name, gib(free0), gib(info.total), backend.error().message);
+                        "GiB); {}: {}",
+                        info.name, gib(free0), gib(info.total), smaller, backend.error().message);
     }
     return backend.error().with_context("cuda backend");
   }
   facts->weights = free0 - free_now();
-  const model::FlintConfig& c = weights.config;
+  const model::FlintConfig& c = (*backend)->config();
   FLINT_TRY((*backend)->init_kv_cache(profile_kv_spec(c, shape)));
   const int64_t free1 = free_now();
   const model::StepInput step = profile_step(c, shape);
@@ -223,6 +227,26 @@ Result<std::unique_ptr<CudaBackend>> create_profiled_backend(const model::FlintW
   }
   facts->activations = std::max<int64_t>(0, free1 - free_now());
   return backend;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> create_profiled_backend(const model::FlintWeights& weights,
+                                                             const ProfileShape& shape,
+                                                             GpuMemoryFacts* facts) {
+  return profiled([&] { return CudaBackend::create(weights); },
+                  "serve a smaller (NVFP4) checkpoint", shape, facts);
+}
+
+Result<std::unique_ptr<CudaBackend>> create_profiled_dummy_backend(const model::FlintConfig& config,
+                                                                   DType linear_dtype,
+                                                                   uint64_t seed,
+                                                                   const ProfileShape& shape,
+                                                                   GpuMemoryFacts* facts) {
+  return profiled([&] { return CudaBackend::create_dummy(config, linear_dtype, seed); },
+                  linear_dtype == DType::kNVFP4 ? "the model is too large for this GPU"
+                                                : "use --quantization nvfp4 (4.5 bits per weight)",
+                  shape, facts);
 }
 
 }  // namespace flint::cuda

@@ -1,7 +1,8 @@
 // GPU memory for `flint serve`, vLLM's rule: the KV cache gets total x --gpu-memory-utilization
 // minus what was in use before us, the weights, the peak of a profiling step and a margin;
 // --kv-cache-memory overrides. plan_gpu_memory is plain arithmetic (test:
-// tests/unit/cuda/memory_plan_test.cpp); create_profiled_backend measures it on the device.
+// tests/unit/cuda/memory_plan_test.cpp); create_profiled_backend measures it on the device
+// (tests/gpu/dummy_backend_test.cpp for the dummy-weights variant).
 #pragma once
 
 #include <cstdint>
@@ -94,5 +95,13 @@ model::KvCacheSpec profile_kv_spec(const model::FlintConfig& config, const Profi
 Result<std::unique_ptr<CudaBackend>> create_profiled_backend(const model::FlintWeights& weights,
                                                              const ProfileShape& shape,
                                                              GpuMemoryFacts* facts);
+// The same with random weights of `config`'s shape generated on the device
+// (CudaBackend::create_dummy, linear layers in `linear_dtype`): --load-format dummy. The weights'
+// bytes are measured on the device just as an upload's are.
+Result<std::unique_ptr<CudaBackend>> create_profiled_dummy_backend(const model::FlintConfig& config,
+                                                                   DType linear_dtype,
+                                                                   uint64_t seed,
+                                                                   const ProfileShape& shape,
+                                                                   GpuMemoryFacts* facts);
 
 }  // namespace flint::cuda

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "backends/cuda/fill.h"
 
@@ -339,12 +340,42 @@ Result<const float*> dummy_vec(WeightBuilder& b, int64_t n, float lo, float hi, 
 
 }  // namespace
 
-Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt, uint64_t seed,
-                                           cudaStream_t s) {
+Status DeviceWeights::check_dummy_config(const model::FlintConfig& c, DType dt) {
   if (dt != DType::kBF16 && dt != DType::kNVFP4) {
     return make_error(ErrorCode::kInvalidArgument, "cuda: dummy weights are bf16 or nvfp4, not {}",
                       dt);
   }
+  // The same limits upload() applies to a checkpoint's matrices: what the kernels read.
+  const int64_t multiple = dt == DType::kNVFP4 ? 64 : 8;
+  bool any_dense = false, any_moe = false;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    (c.layer_is_dense[l] ? any_dense : any_moe) = true;
+  }
+  const std::pair<const char*, int64_t> dims[] = {
+      {"hidden_size", c.hidden_size},
+      {"num_heads x head_dim", c.num_heads * c.head_dim},
+      {"intermediate_size", any_dense ? c.intermediate_size : multiple},
+      {"moe_intermediate_size", any_moe ? c.moe_intermediate_size : multiple}};
+  for (const auto& [name, in] : dims) {
+    if (in <= 0 || in % multiple != 0) {
+      return make_error(ErrorCode::kUnsupported,
+                        "cuda: dummy {} weights need {} to be a positive multiple of {}, got {}",
+                        dt, name, multiple, in);
+    }
+  }
+  const int64_t I = c.moe_intermediate_size, Ish = c.shared_expert_intermediate_size;
+  if (any_moe && Ish > 0 && Ish % I != 0) {
+    return make_error(ErrorCode::kUnsupported,
+                      "cuda: dummy weights need shared_expert_intermediate_size ({}) to be a "
+                      "multiple of moe_intermediate_size ({})",
+                      Ish, I);
+  }
+  return ok();
+}
+
+Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt, uint64_t seed,
+                                           cudaStream_t s) {
+  FLINT_TRY(check_dummy_config(c, dt));
   DeviceWeights dw;
   dw.config_ = c;
   WeightBuilder b(dw, s);

@@ -44,6 +44,10 @@ class DeviceWeights {
   // router and LM head BF16, norms and sinks F32.
   static Result<DeviceWeights> dummy(const model::FlintConfig& c, DType linear_dtype, uint64_t seed,
                                      cudaStream_t s);
+  // Why dummy() would refuse `c` (kUnsupported / kInvalidArgument naming the dimension): a dtype
+  // other than BF16/NVFP4, input dims the kernels cannot read (BF16: multiples of 8, NVFP4: of 64),
+  // or a shared expert that is not a whole number of moe_intermediate_size slices. Needs no device.
+  static Status check_dummy_config(const model::FlintConfig& c, DType linear_dtype);
 
   // Uploads one more matrix into this object (kernel tests); the same path as upload().
   Result<LinearRef> add_linear(const model::Linear& w, cudaStream_t s);

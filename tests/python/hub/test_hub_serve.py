@@ -79,3 +79,34 @@ def test_serve_offline_with_an_incomplete_cache_fails_at_once(tmp_path):
     assert p.returncode == 1
     assert f"lacks: {shard.name}" in p.stderr, p.stderr
     assert time.time() - start < 30
+
+
+def test_serve_dummy_by_repo_id_needs_no_weight_files(tmp_path):
+    # --load-format dummy takes only the config and tokenizer from a repo: with the weight files
+    # gone from the cache it still serves, offline.
+    cache = tmp_path / "hub"
+    fill_cache_with_huggingface_hub(cache)
+    snap = next((cache / "models--RecursiveSI--flint-tiny" / "snapshots").iterdir())
+    for f in snap.glob("model*.safetensors*"):
+        f.unlink()
+    port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([FLINT, "serve", "RecursiveSI/flint-tiny", "--port", str(port),
+                             "--load-format", "dummy", "--device", "cpu"],
+                            env=offline_env(cache), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        r = requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=60, json={
+            "model": "RecursiveSI/flint-tiny", "prompt": "def", "max_tokens": 3, "temperature": 0})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
