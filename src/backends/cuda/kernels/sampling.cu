@@ -530,6 +530,10 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   extern __shared__ float4 staged_f4[];  // [per_block] when kStaged
   __shared__ Smem sm;
   Cluster cl{cg::this_cluster(), static_cast<int>(cg::this_cluster().block_rank())};
+  // No block may write into another's shared memory before that block has started: arrive at the
+  // cluster barrier now, wait for the others just before the first exchange (compute-sanitizer
+  // racecheck flagged the writes without it: "a block that might not have entered yet").
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   const int row_id = blockIdx.y;
   const SampleParams prm = params[row_id];
   const float* row = logits + int64_t(row_id) * vocab;
@@ -583,6 +587,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   }
   block_argmax(m, best, sm);  // its barriers also publish the staged slice
   lo = block_min(lo, sm);
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   {
     const u64* x = cl.exchange(sm, __float_as_uint(m), static_cast<u64>(best), __float_as_uint(lo));
     for (int q = 0; q < kCluster; ++q) {
