@@ -214,41 +214,44 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   cap_table_ = std::max(cap_table_, table_len);
   cap_logits_ = std::max(cap_logits_, num_logits);
   const int64_t T = cap_tokens_, L = c.num_hidden_layers;
-  // int32 metadata: tokens, positions, seq_idx, slot_mapping, rings, table, logit rows, ids.
-  const int64_t meta =
-      4 * T + cap_seqs_ + cap_table_ + cap_logits_ + (2 * cap_seqs_ + 1) + L * T * slots_ + 1;
+  // int32 metadata segments, in order; the first kHostStaged are copied from the host each step
+  // (upload_step), the routing ids and moe_route's block counter live on the device only.
+  struct Segment {
+    int32_t** view;
+    int64_t n;
+  };
+  const Segment meta_segs[] = {{&d_tokens_, T},
+                               {&d_pos_, T},
+                               {&d_seq_, T},
+                               {&d_slots_, T},
+                               {&d_rings_, cap_seqs_},
+                               {&d_table_, cap_table_},
+                               {&d_logit_rows_, cap_logits_},
+                               {&d_qsl_, cap_seqs_ + 1},
+                               {&d_seq_lens_, cap_seqs_},
+                               {&d_ids_, L * T * slots_},
+                               {&d_route_counter_, 1}};
+  constexpr size_t kHostStaged = 9;
+  int64_t meta = 0, staged = 0;
+  for (size_t k = 0; k < std::size(meta_segs); ++k) {
+    meta += meta_segs[k].n;
+    if (k < kHostStaged) staged += meta_segs[k].n;
+  }
   FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // buffers may be in use by queued work
   ++buffer_generation_;
   auto m = DeviceBuffer::allocate(meta * 4);
   if (!m) return m.error().with_context("allocating step metadata");
   meta_ = std::move(m).value();
   int32_t* p = meta_.as<int32_t>();
-  d_tokens_ = p;
-  p += T;
-  d_pos_ = p;
-  p += T;
-  d_seq_ = p;
-  p += T;
-  d_slots_ = p;
-  p += T;
-  d_rings_ = p;
-  p += cap_seqs_;
-  d_table_ = p;
-  p += cap_table_;
-  d_logit_rows_ = p;
-  p += cap_logits_;
-  d_qsl_ = p;
-  p += cap_seqs_ + 1;
-  d_seq_lens_ = p;
-  p += cap_seqs_;
-  d_ids_ = p;
-  p += L * T * slots_;
-  d_route_counter_ = p;  // moe_route's block counter: zero between launches
+  for (const Segment& seg : meta_segs) {
+    *seg.view = p;
+    p += seg.n;
+  }
+  // moe_route's block counter: zero between launches.
   FLINT_CUDA_CHECK(cudaMemset(d_route_counter_, 0, sizeof(int32_t)));
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
-  pinned_elems_ =
-      static_cast<size_t>(4 * T + cap_seqs_ + cap_table_ + cap_logits_ + 2 * cap_seqs_ + 1);
+  pinned_elems_ = static_cast<size_t>(staged);
   FLINT_CUDA_CHECK(cudaMallocHost(&pinned_, pinned_elems_ * 4));
   FLINT_CUDA_CHECK(cudaMallocHost(&pinned_back_, pinned_elems_ * 4));
 

@@ -14,6 +14,7 @@
 #include "backends/cuda/kernels/decode_attention.cuh"
 #include "backends/cuda/kernels/decode_persistent.h"
 #include "backends/cuda/kernels/gemv_core.cuh"
+#include "backends/cuda/kernels/moe_down.cuh"
 #include "backends/cuda/kernels/moe_topk.cuh"
 
 namespace flint::cuda::persistent {
@@ -157,10 +158,8 @@ __device__ __forceinline__ void warp_gemv(const LinearRef& A, const LinearRef& B
                                           const int64_t (&row)[R], const bool (&valid)[R],
                                           const float* xs, int64_t PK, int nb, float (&oa)[R][NB],
                                           float (&ob)[R][NB]) {
-  using C = Chunk<W>;
   constexpr int U = dev::gemv_unroll<W, kGated, 1>();
-  const int lane = threadIdx.x & 31;
-  const int64_t nc = A.in / C::kElems;
+  const int64_t nc = A.in / Chunk<W>::kElems;
   float acc_a[R][NB], acc_b[R][NB];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -168,50 +167,9 @@ __device__ __forceinline__ void warp_gemv(const LinearRef& A, const LinearRef& B
     for (int i = 0; i < NB; ++i) acc_a[r][i] = acc_b[r][i] = 0.0f;
   }
   for (int64_t base = 0; base < nc; base += 32 * U) {
-    C wa[R][U], wb[R][U];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = base + lane + 32 * u;
-        if (valid[r] && c < nc) {
-          wa[r][u].load(A, row[r], c);
-          if constexpr (kGated) wb[r][u].load(B, row[r], c);
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = base + lane + 32 * u;
-      if (c >= nc) continue;
-      const int64_t xo = pad_idx(c * C::kElems);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (!valid[r]) continue;
-        if constexpr (NB < 4) {
-#pragma unroll
-          for (int i = 0; i < NB; ++i) {
-            if (i >= nb) continue;
-            acc_a[r][i] += wa[r][u].dot(xs + i * PK + xo, nullptr);
-            if constexpr (kGated) acc_b[r][i] += wb[r][u].dot(xs + i * PK + xo, nullptr);
-          }
-        } else {
-          float wf[C::kElems];
-          wa[r][u].decode(wf);
-#pragma unroll
-          for (int i = 0; i < NB; ++i) {
-            if (i < nb) acc_a[r][i] += dev::dot_decoded(wf, xs + i * PK + xo);
-          }
-          if constexpr (kGated) {
-            wb[r][u].decode(wf);
-#pragma unroll
-            for (int i = 0; i < NB; ++i) {
-              if (i < nb) acc_b[r][i] += dev::dot_decoded(wf, xs + i * PK + xo);
-            }
-          }
-        }
-      }
-    }
+    Chunk<W> wa[R][U], wb[R][U];
+    dev::load_chunks<W, kGated, R, U>(wa, wb, A, B, row, valid, base, nc);
+    dev::accumulate_chunks<W, NB, kGated, R, U>(wa, wb, valid, base, nc, xs, PK, nb, acc_a, acc_b);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -316,39 +274,15 @@ template <DType W>
 __device__ __forceinline__ void down_rows(const LinearRef& Dn, const float* xs, int64_t PKs,
                                           const int32_t* ids, const float* coef, int slots,
                                           int64_t r0, float (&out)[kR]) {
-  using C = Chunk<W>;
   constexpr int U = 4;  // as moe_down_kernel
-  const int lane = threadIdx.x & 31;
-  const int chunks = static_cast<int>(Dn.in / C::kElems);
+  const int chunks = static_cast<int>(Dn.in / Chunk<W>::kElems);
   const int total = slots * chunks;
   float acc[kR] = {};
   for (int base = 0; base < total; base += 32 * U) {
-    C w[kR][U];
+    Chunk<W> w[kR][U];
     int64_t ebase[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = base + lane + 32 * u;
-      if (i >= total) continue;
-      const int p = i / chunks;
-      ebase[u] = int64_t(ids[p]) * Dn.out;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (r0 + r < Dn.out) w[r][u].load(Dn, ebase[u] + r0 + r, i - p * chunks);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = base + lane + 32 * u;
-      if (i >= total) continue;
-      const int p = i / chunks;
-      const float* xp = xs + p * PKs + pad_idx(int64_t(i - p * chunks) * C::kElems);
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (r0 + r >= Dn.out) continue;
-        const float s = coef[p] * dev::row_scale(Dn, ebase[u] + r0 + r);
-        acc[r] += s * w[r][u].dot(xp, nullptr);
-      }
-    }
+    dev::load_down_chunks<W, kR, U>(w, ebase, Dn, ids, r0, base, total, chunks);
+    dev::accumulate_down<W, kR, U>(w, ebase, Dn, xs, PKs, coef, r0, base, total, chunks, acc);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r) out[r] = dev::warp_sum(acc[r]);
@@ -513,6 +447,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x == 0) trace_mark(b.grid);
+}
+
+// The kernel for head_dim D, 1 (nb 1) or 8 (nb 2-8) row slots and linear weights of dtype w;
+// null for another dtype. Instantiated by decode_persistent_d<D>.cu.
+template <int D>
+void* kernel_for_head_dim(int nb, DType w) {
+  switch (w) {
+    case DType::kNVFP4:
+      return nb == 1 ? reinterpret_cast<void*>(persistent_decode_kernel<D, 1, DType::kNVFP4>)
+                     : reinterpret_cast<void*>(persistent_decode_kernel<D, 8, DType::kNVFP4>);
+    case DType::kBF16:
+      return nb == 1 ? reinterpret_cast<void*>(persistent_decode_kernel<D, 1, DType::kBF16>)
+                     : reinterpret_cast<void*>(persistent_decode_kernel<D, 8, DType::kBF16>);
+    case DType::kF32:
+      return nb == 1 ? reinterpret_cast<void*>(persistent_decode_kernel<D, 1, DType::kF32>)
+                     : reinterpret_cast<void*>(persistent_decode_kernel<D, 8, DType::kF32>);
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace flint::cuda::persistent

@@ -36,6 +36,73 @@ constexpr int gemv_unroll() {
   return (W == DType::kNVFP4 ? 2 : 4) / (kGated ? 2 : 1);
 }
 
+// The per-warp pieces of a GEMV pass, shared with the persistent decode kernel: lane `lane`
+// handles chunks base + lane + 32 u (u < U) of R weight rows (rows with valid[r] false are
+// skipped).
+template <DType W, bool kGated, int R, int U>
+__device__ __forceinline__ void load_chunks(Chunk<W> (&wa)[R][U], Chunk<W> (&wb)[R][U],
+                                            const LinearRef& A, const LinearRef& B,
+                                            const int64_t (&row)[R], const bool (&valid)[R],
+                                            int64_t base, int64_t nc) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = base + lane + 32 * u;
+      if (valid[r] && c < nc) {
+        wa[r][u].load(A, row[r], c);
+        if constexpr (kGated) wb[r][u].load(B, row[r], c);
+      }
+    }
+  }
+}
+
+// acc[r][i] += the loaded chunks of row r . staged activation row i (i < nb <= NB; PK floats per
+// row in the padded layout). Below 4 rows each chunk is dotted directly; from 4 rows on it is
+// decoded once and reused (the kernel is bound by instructions at 4-8 rows).
+template <DType W, int NB, bool kGated, int R, int U>
+__device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
+                                                  const Chunk<W> (&wb)[R][U],
+                                                  const bool (&valid)[R], int64_t base, int64_t nc,
+                                                  const float* xs, int64_t PK, int nb,
+                                                  float (&acc_a)[R][NB], float (&acc_b)[R][NB]) {
+  using C = Chunk<W>;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = base + lane + 32 * u;
+    if (c >= nc) continue;
+    const int64_t xo = pad_idx(c * C::kElems);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (!valid[r]) continue;
+      if constexpr (NB < 4) {
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+          if (i >= nb) continue;
+          acc_a[r][i] += wa[r][u].dot(xs + i * PK + xo, nullptr);
+          if constexpr (kGated) acc_b[r][i] += wb[r][u].dot(xs + i * PK + xo, nullptr);
+        }
+      } else {
+        float wf[C::kElems];
+        wa[r][u].decode(wf);
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+          if (i < nb) acc_a[r][i] += dot_decoded(wf, xs + i * PK + xo);
+        }
+        if constexpr (kGated) {
+          wb[r][u].decode(wf);
+#pragma unroll
+          for (int i = 0; i < NB; ++i) {
+            if (i < nb) acc_b[r][i] += dot_decoded(wf, xs + i * PK + xo);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
 // the block must call it (it synchronises); it performs the PDL wait itself.
 template <DType W, int NB, bool kGated, int R>
@@ -49,19 +116,11 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
   C wa[R][U], wb[R][U];
   int64_t row[R];
+  bool valid[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) valid[r] = r0 + r < out;
   auto load = [&](int64_t base) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r0 + r >= out) continue;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t c = base + lane + 32 * u;
-        if (c < nc) {
-          wa[r][u].load(args.a, row[r], c);
-          if constexpr (kGated) wb[r][u].load(args.b, row[r], c);
-        }
-      }
-    }
+    load_chunks<W, kGated, R, U>(wa, wb, args.a, args.b, row, valid, base, nc);
   };
   NormPrefetch pf;
   prefetch_norm(pf, args.norm, K);
@@ -100,42 +159,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   }
   for (int64_t base = 0; base < nc; base += 32 * U) {
     if (base > 0) load(base);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t c = base + lane + 32 * u;
-      if (c >= nc) continue;
-      const int64_t xo = pad_idx(c * C::kElems);
-      if constexpr (NB < 4) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-          for (int i = 0; i < NB; ++i) {
-            if (i >= nb) continue;
-            acc_a[r][i] += wa[r][u].dot(xs + i * PK + xo, nullptr);
-            if constexpr (kGated) acc_b[r][i] += wb[r][u].dot(xs + i * PK + xo, nullptr);
-          }
-        }
-      } else {
-        // Decode each weight chunk once and reuse it for every activation row (the kernel is
-        // bound by instructions at 4-8 rows).
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float wf[C::kElems];
-          wa[r][u].decode(wf);
-#pragma unroll
-          for (int i = 0; i < NB; ++i) {
-            if (i < nb) acc_a[r][i] += dot_decoded(wf, xs + i * PK + xo);
-          }
-          if constexpr (kGated) {
-            wb[r][u].decode(wf);
-#pragma unroll
-            for (int i = 0; i < NB; ++i) {
-              if (i < nb) acc_b[r][i] += dot_decoded(wf, xs + i * PK + xo);
-            }
-          }
-        }
-      }
-    }
+    accumulate_chunks<W, NB, kGated, R, U>(wa, wb, valid, base, nc, xs, PK, nb, acc_a, acc_b);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {

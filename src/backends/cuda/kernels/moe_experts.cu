@@ -4,6 +4,7 @@
 // Reference: spec section 2.5 steps 5-8 (cpu::moe).   Test: tests/kernels/moe_test.cpp
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/moe_down.cuh"
 #include "backends/cuda/kernels/moe_experts.h"
 
 namespace flint::cuda {
@@ -41,17 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   C w[kR][U];
   int64_t ebase[U];
   auto load = [&](int base) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = base + lane + 32 * u;
-      if (i >= total) continue;
-      const int p = i / chunks;
-      ebase[u] = int64_t(__ldcg(tok_ids + p)) * down.out;
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (r0 + r < down.out) w[r][u].load(down, ebase[u] + r0 + r, i - p * chunks);
-      }
-    }
+    dev::load_down_chunks<W, kR, U>(w, ebase, down, tok_ids, r0, base, total, chunks);
   };
   load(0);  // the first weight loads fly while the activations are staged
   if (threadIdx.x < slots) coef[threadIdx.x] = weights[t * slots + threadIdx.x];
@@ -68,19 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float acc[kR] = {};
   for (int base = 0; base < total; base += 32 * U) {
     if (base > 0) load(base);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int i = base + lane + 32 * u;
-      if (i >= total) continue;
-      const int p = i / chunks;
-      const float* xp = xs + p * PK + dev::pad_idx(int64_t(i - p * chunks) * C::kElems);
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (r0 + r >= down.out) continue;
-        const float s = coef[p] * dev::row_scale(down, ebase[u] + r0 + r);
-        acc[r] += s * w[r][u].dot(xp, nullptr);
-      }
-    }
+    dev::accumulate_down<W, kR, U>(w, ebase, down, xs, PK, coef, r0, base, total, chunks, acc);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r) {

@@ -1,0 +1,53 @@
+// The per-warp pieces of the MoE down projection + weighted combine, shared by moe_down
+// (moe_experts.cu) and the persistent decode kernel (decode_persistent.cuh): lane work item
+// i < slots * chunks is chunk i % chunks of slot i / chunks, for R output rows r0, r0 + 1, ...
+// of that slot's expert. Reference: spec section 2.5 steps 5-8.   Test: tests/kernels/moe_test.cpp
+#pragma once
+
+#include "backends/cuda/kernels/common.cuh"
+
+namespace flint::cuda::dev {
+
+// Loads the pass starting at work item `base`; ids: the token's [slots] expert ids.
+template <DType W, int R, int U>
+__device__ __forceinline__ void load_down_chunks(Chunk<W> (&w)[R][U], int64_t (&ebase)[U],
+                                                 const LinearRef& down, const int32_t* ids,
+                                                 int64_t r0, int base, int total, int chunks) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int i = base + lane + 32 * u;
+    if (i >= total) continue;
+    const int p = i / chunks;
+    ebase[u] = int64_t(ids[p]) * down.out;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r < down.out) w[r][u].load(down, ebase[u] + r0 + r, i - p * chunks);
+    }
+  }
+}
+
+// acc[r] += coef[slot] x row scale x chunk . the slot's staged activations (xs: [slots, PK]).
+template <DType W, int R, int U>
+__device__ __forceinline__ void accumulate_down(const Chunk<W> (&w)[R][U],
+                                                const int64_t (&ebase)[U], const LinearRef& down,
+                                                const float* xs, int64_t PK, const float* coef,
+                                                int64_t r0, int base, int total, int chunks,
+                                                float (&acc)[R]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int i = base + lane + 32 * u;
+    if (i >= total) continue;
+    const int p = i / chunks;
+    const float* xp = xs + p * PK + pad_idx(int64_t(i - p * chunks) * Chunk<W>::kElems);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r >= down.out) continue;
+      const float s = coef[p] * row_scale(down, ebase[u] + r0 + r);
+      acc[r] += s * w[r][u].dot(xp, nullptr);
+    }
+  }
+}
+
+}  // namespace flint::cuda::dev
