@@ -100,12 +100,8 @@ Status generate(const GenerateArgs& args) {
   // MODEL, --tokenizer and --hf-config-path may be HF repo ids: resolve them to local paths.
   GenerateArgs a = args;
   FLINT_TRY(resolve_model_args(a.model, a.tokenizer_path, a.hf_config_path));
-  std::optional<model::FlintConfig> override_cfg;
-  if (!a.hf_config_path.empty()) {
-    auto c = model::FlintConfig::from_hf_path(a.hf_config_path);
-    if (!c) return c.error().with_context("generate: --hf-config-path {}", a.hf_config_path);
-    override_cfg = std::move(*c);
-  }
+  FLINT_ASSIGN_OR_RETURN(std::optional<model::FlintConfig> override_cfg,
+                         load_config_override("generate", a.hf_config_path));
   auto weights = model::FlintWeights::load(a.model, override_cfg ? &*override_cfg : nullptr);
   if (!weights) return weights.error().with_context("generate: loading {}", a.model);
   const model::FlintConfig& cfg = weights->config;

@@ -270,12 +270,8 @@ Status load(const ServeArgs& args, Loaded& out) {
                       a.quantization);
   }
   FLINT_TRY(resolve_args(a));
-  std::optional<model::FlintConfig> override_cfg;
-  if (!a.hf_config_path.empty()) {
-    auto c = model::FlintConfig::from_hf_path(a.hf_config_path);
-    if (!c) return c.error().with_context("serve: --hf-config-path {}", a.hf_config_path);
-    override_cfg = std::move(*c);
-  }
+  FLINT_ASSIGN_OR_RETURN(std::optional<model::FlintConfig> override_cfg,
+                         load_config_override("serve", a.hf_config_path));
   auto tok = load_tokenizer(a.tokenizer, a.model);
   if (!tok) return tok.error().with_context("serve: tokenizer");
   out.tok.emplace(std::move(*tok));

@@ -45,6 +45,14 @@ Status resolve_model_args(std::string& model, std::string& tokenizer, std::strin
   return ok();
 }
 
+Result<std::optional<model::FlintConfig>> load_config_override(std::string_view command,
+                                                               const std::string& hf_config_path) {
+  if (hf_config_path.empty()) return std::optional<model::FlintConfig>();
+  auto c = model::FlintConfig::from_hf_path(hf_config_path);
+  if (!c) return c.error().with_context("{}: --hf-config-path {}", command, hf_config_path);
+  return std::optional<model::FlintConfig>(std::move(*c));
+}
+
 Result<Device> resolve_device(const std::string& flag) {
   if (flag != "auto" && flag != "cuda" && flag != "cpu") {
     return make_error(ErrorCode::kInvalidArgument, "--device must be auto, cuda or cpu, got '{}'",

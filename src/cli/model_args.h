@@ -3,9 +3,12 @@
 // --device, shared by serve and generate.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/result.h"
+#include "model/config.h"
 
 namespace flint::cli {
 
@@ -16,6 +19,11 @@ Result<std::string> resolve_model_arg(const std::string& spec, ArgKind kind);
 
 // Resolves MODEL, --tokenizer and --hf-config-path in place; empty optional arguments stay empty.
 Status resolve_model_args(std::string& model, std::string& tokenizer, std::string& hf_config_path);
+
+// The config of --hf-config-path (a config.json or its directory), which replaces the model's own;
+// none when the flag is empty. Errors name the command and the flag.
+Result<std::optional<model::FlintConfig>> load_config_override(std::string_view command,
+                                                               const std::string& hf_config_path);
 
 enum class Device { kCpu, kCuda };
 

@@ -143,3 +143,18 @@ def test_token_outside_vocab_is_an_error(model):
     p = run([model["path"], "--prompt-ids", f"1,2,{vocab}"], check=False)
     assert p.returncode == 1
     assert f"generate: prompt token id {vocab} is outside the vocabulary [0, {vocab})" in p.stderr
+
+
+def test_hf_config_path_replaces_the_config_and_a_bad_one_is_named(model, tmp_path):
+    # The model's own config.json passed as --hf-config-path gives the same tokens; one that is not
+    # a Flint config is refused naming the flag and the file.
+    same, _ = ids_of(model, "--temperature", 0, "--hf-config-path", model["path"])
+    greedy, _ = ids_of(model, "--temperature", 0)
+    assert same == greedy
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"hidden_size": 64}')
+    p = run([model["path"], "--prompt", "Hi", "--hf-config-path", bad], check=False)
+    assert p.returncode == 1
+    assert f"generate: --hf-config-path {bad}:" in p.stderr
+    assert "missing required field 'architectures'" in p.stderr
