@@ -3,6 +3,7 @@
 // hard-code a model dimension. Spec: ../shared/spec/flint-model.md sections 1 and 3.2.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -60,6 +61,11 @@ struct FlintConfig {
   double rope_theta = 10000.0;
   float rms_norm_eps = 1e-6f;
   float attention_scale = 0.0f;  // 0 until validated; then 1/sqrt(head_dim) unless the config says
+  // The softmax scale to use: attention_scale, or 1/sqrt(head_dim) in a config built in code and
+  // never validated (test and benchmark shapes).
+  float softmax_scale() const {
+    return attention_scale > 0 ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
   int64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
 

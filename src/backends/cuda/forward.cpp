@@ -110,13 +110,17 @@ Status CudaForward::prepare_persistent() {
     persistent_shape_.why = "a shared expert that is not sliced into the expert stacks";
     return ok();
   }
-  PersistentDecodeArgs a;
+  // The model's part of the launch arguments; enqueue_persistent adds the step's.
+  PersistentDecodeArgs& a = persistent_args_;
+  a.num_layers = L;
   a.hidden = c.hidden_size;
   a.num_heads = static_cast<int>(c.num_heads);
   a.num_kv_heads = static_cast<int>(c.num_kv_heads);
   a.head_dim = static_cast<int>(c.head_dim);
-  a.routing = MoeRouting{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
-                         w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+  a.eps = c.rms_norm_eps;
+  a.attn_scale = c.softmax_scale();
+  a.rope_theta = c.rope_theta;
+  a.routing = routing();
   persistent_shape_ = persistent_decode_shape(table.data(), L, a);
   if (!persistent_shape_.ok) return ok();
   auto t = DeviceBuffer::allocate(table.size() * sizeof(PersistentLayer));
@@ -128,30 +132,26 @@ Status CudaForward::prepare_persistent() {
   if (!b) return b.error().with_context("allocating the grid barrier");
   persistent_barrier_ = std::move(b).value();
   FLINT_CUDA_CHECK(cudaMemset(persistent_barrier_.data(), 0, persistent_barrier_.size()));
+  a.layers = persistent_layers_.as<PersistentLayer>();
+  a.barrier = persistent_barrier_.as<uint32_t>();
   return ok();
+}
+
+MoeRouting CudaForward::routing() const {
+  const model::FlintConfig& c = w_.config();
+  return MoeRouting{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
+                    w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
 }
 
 void CudaForward::enqueue_persistent(const StepPlan& plan, cudaStream_t s, uint64_t* trace) {
   const model::FlintConfig& c = w_.config();
   const int T = plan.num_tokens;
-  const int64_t d = c.hidden_size, D = c.head_dim;
+  const int64_t d = c.hidden_size;
   embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
-  PersistentDecodeArgs a;
-  a.layers = persistent_layers_.as<PersistentLayer>();
-  a.num_layers = static_cast<int>(c.num_hidden_layers);
+  PersistentDecodeArgs a = persistent_args_;
   a.num_rows = T;
-  a.hidden = d;
-  a.num_heads = static_cast<int>(c.num_heads);
-  a.num_kv_heads = static_cast<int>(c.num_kv_heads);
-  a.head_dim = static_cast<int>(D);
-  a.eps = c.rms_norm_eps;
-  a.attn_scale =
-      c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(D));
-  a.rope_theta = c.rope_theta;
   a.full_splits = plan.full_splits;
   a.sliding_splits = plan.sliding_splits;
-  a.routing = MoeRouting{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
-                         w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
   a.kv = token_kv(plan);
   a.h = ws_h_;
   a.qkv = ws_qkv_;
@@ -163,7 +163,6 @@ void CudaForward::enqueue_persistent(const StepPlan& plan, cudaStream_t s, uint6
   a.ids_layer_stride = int64_t(cap_tokens_) * slots_;
   a.attn_part = ws_attn_part_;
   a.attn_counters = attn_counters_.as<int32_t>();
-  a.barrier = persistent_barrier_.as<uint32_t>();
   a.trace = trace;
   persistent_decode(a, persistent_shape_, s);
   if (plan.num_logits > 0) {
@@ -439,12 +438,10 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
   const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t qkv_cols = (H + 2 * Hkv) * D;
   const float eps = c.rms_norm_eps;
-  const float attn_scale =
-      c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  const float attn_scale = c.softmax_scale();
   embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
   mark("embedding");
-  MoeRouting routing{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
-                     w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+  const MoeRouting routing = this->routing();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& L = w_.layers()[l];
     const bool sliding = c.is_sliding(l);

@@ -133,6 +133,8 @@ class CudaForward {
   // Builds the persistent kernel's layer table (after the KV cache exists).
   Status prepare_persistent();
   void enqueue_persistent(const StepPlan& plan, cudaStream_t s, uint64_t* trace = nullptr);
+  // The config's MoE routing parameters, with the shared expert's slices.
+  MoeRouting routing() const;
   // Where the uploaded step's tokens read and write the KV cache (device metadata views).
   TokenKv token_kv(const StepPlan& plan) const;
   __nv_bfloat16* k_cache(int layer) const;
@@ -174,6 +176,7 @@ class CudaForward {
   // The persistent decode kernel: its layer table, grid barrier and launch shape.
   DeviceBuffer persistent_layers_, persistent_barrier_;
   PersistentDecodeShape persistent_shape_;
+  PersistentDecodeArgs persistent_args_;  // the model's part, from prepare_persistent
   bool persistent_on_ = false;
   int64_t persistent_steps_ = 0;
 };

@@ -117,8 +117,7 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
   const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t qkv_cols = (H + 2 * Hkv) * D;
   const float eps = c.rms_norm_eps;
-  const float attn_scale =
-      c.attention_scale > 0 ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  const float attn_scale = c.softmax_scale();
   PrefillWorkspace& px = prefill_;
 
   // y (+)= W x for all T rows from bf16 rows x [T, W.in]; a dense NVFP4 matrix is decoded into
@@ -158,8 +157,7 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
 
   embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
   mark("embedding");
-  MoeRouting routing{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
-                     w_.num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+  const MoeRouting routing = this->routing();
   const TokenKv kv = token_kv(plan);
   auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
   auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);

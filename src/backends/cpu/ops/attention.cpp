@@ -27,8 +27,7 @@ void attention(float* out, const float* q, const float* k, const float* v,
   const bool sliding = cfg.is_sliding(layer);
   const int64_t window = cfg.sliding_window;
   const int64_t page_size = cache.spec().page_size;
-  const float scale =
-      cfg.attention_scale > 0 ? cfg.attention_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = cfg.softmax_scale();
   std::vector<int32_t> seq_of_token(static_cast<size_t>(step.num_tokens()));
   for (int32_t s = 0; s < step.num_seqs(); ++s)
     for (int32_t t = step.query_start_loc[s]; t < step.query_start_loc[s + 1]; ++t)

@@ -57,13 +57,9 @@ size_t attention_smem(int head_dim) {
   }
 }
 
-int chunk_elems(DType t) {
-  return t == DType::kNVFP4 ? 64 : t == DType::kBF16 ? 8 : t == DType::kF32 ? 4 : 0;
-}
-
 // Empty when `L` (rows x in, one matrix or a stack) is readable by the kernel's GEMV as `want`.
 std::string check_linear(const LinearRef& L, const char* name, int64_t in, DType want) {
-  const int ce = chunk_elems(L.dtype);
+  const int ce = gemv_chunk_elems(L.dtype);
   if (L.w == nullptr || ce == 0 || L.dtype != want) {
     return fmt::format("{}: dtype {} (the kernel for these weights reads {})", name, L.dtype, want);
   }

@@ -78,25 +78,13 @@ void launch(const GemvArgs& a, int nb_template, int groups, cudaStream_t s) {
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
-int chunk_elems(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 4;
-    case DType::kBF16:
-      return 8;
-    case DType::kNVFP4:
-      return 64;
-    default:
-      FLINT_FAIL("gemv: unsupported weight dtype {}", t);
-  }
-}
-
 void check_weight(const LinearRef& w) {
   FLINT_CHECK(dev::padded_len(w.in) * int64_t(sizeof(float)) <= kMaxSmemBytes,
               "gemv: in {} is too long to stage in shared memory", w.in);
-  FLINT_CHECK(w.w != nullptr && w.in % chunk_elems(w.dtype) == 0,
-              "gemv: weight [{}, {}] {} needs in % {} == 0", w.out, w.in, w.dtype,
-              chunk_elems(w.dtype));
+  const int ce = gemv_chunk_elems(w.dtype);
+  FLINT_CHECK(ce > 0, "gemv: unsupported weight dtype {}", w.dtype);
+  FLINT_CHECK(w.w != nullptr && w.in % ce == 0, "gemv: weight [{}, {}] {} needs in % {} == 0",
+              w.out, w.in, w.dtype, ce);
   FLINT_CHECK(w.dtype != DType::kNVFP4 || w.sc != nullptr, "gemv: NVFP4 weight without scales");
 }
 

@@ -31,4 +31,10 @@ struct LinearRef {
   int64_t matrix_bytes() const { return row_bytes() * out; }
 };
 
+// Elements per chunk the GEMV-style kernels load at once (16 bytes of F32/BF16 codes, a 32-byte
+// NVFP4 block body): a weight's `in` must be a multiple. 0 for a dtype they cannot read.
+inline constexpr int gemv_chunk_elems(DType t) {
+  return t == DType::kNVFP4 ? 64 : t == DType::kBF16 ? 8 : t == DType::kF32 ? 4 : 0;
+}
+
 }  // namespace flint::cuda
