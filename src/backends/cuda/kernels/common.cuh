@@ -68,6 +68,20 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// cos and sin of the NeoX RoPE angle pos * theta^(-2j/D) (cpu::rope_neox). The angle is formed
+// and reduced to [-pi, pi] in double, since positions reach 262K and FP32 would lose the phase;
+// the reduced angle then takes a float sincos (within ~3e-7 of the double one, and much cheaper
+// than double pow and sincos).
+__device__ __forceinline__ float2 rope_cos_sin(int32_t pos, int j, int D, double theta) {
+  const double inv_freq = exp2(-2.0 * j / D * log2(theta));
+  const double angle = double(pos) * inv_freq;
+  constexpr double kTwoPi = 6.283185307179586;
+  const float r = static_cast<float>(angle - rint(angle * (1.0 / kTwoPi)) * kTwoPi);
+  float sn, cs;
+  sincosf(r, &sn, &cs);
+  return make_float2(cs, sn);
+}
+
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
 
 // Unpacks 8 bf16 (one 16-byte load) to f32.
@@ -150,14 +164,14 @@ template <>
 struct Chunk<DType::kNVFP4> {
   static constexpr int kElems = 32;
   uint4 q;
-  float d0, d1;
+  uint32_t s;  // the two UE4M3 sub-scales, decoded at use (one register while the load flies)
   __device__ __forceinline__ void load(const LinearRef& L, int64_t row, int64_t c) {
     q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(L.w) + row * (L.in / 2)) +
               c);
-    const uint16_t s = __ldg(reinterpret_cast<const uint16_t*>(L.sc + row * (L.in / 16)) + c);
-    d0 = ue4m3_half(s & 0xffu);
-    d1 = ue4m3_half(s >> 8);
+    s = __ldg(reinterpret_cast<const uint16_t*>(L.sc + row * (L.in / 16)) + c);
   }
+  __device__ __forceinline__ float d0() const { return ue4m3_half(s & 0xffu); }
+  __device__ __forceinline__ float d1() const { return ue4m3_half(s >> 8); }
   // Two E2M1 codes (the same nibble of each 16-bit half of v) as 2^-15 x the doubled E2M1 value
   // in an fp16 pair: code bits s e e m land on the fp16 sign, exponent and top mantissa bit.
   __device__ __forceinline__ static float2 decode2(uint32_t v) {
@@ -193,7 +207,7 @@ struct Chunk<DType::kNVFP4> {
     return s;
   }
   __device__ __forceinline__ float dot(const float* x, const float*) const {
-    return 32768.0f * (d0 * half_dot(q.x, q.y, x) + d1 * half_dot(q.z, q.w, x + 16));
+    return 32768.0f * (d0() * half_dot(q.x, q.y, x) + d1() * half_dot(q.z, q.w, x + 16));
   }
   // One 16-element sub-block as real values times the sub-scale s (exact in f32).
   __device__ __forceinline__ static void decode16(uint32_t w0, uint32_t w1, float s, float* o) {
@@ -225,8 +239,8 @@ struct Chunk<DType::kNVFP4> {
   }
   // The 32 weights (without row_scale), for reuse across several activation rows.
   __device__ __forceinline__ void decode(float (&w)[kElems]) const {
-    decode16(q.x, q.y, 32768.0f * d0, w);
-    decode16(q.z, q.w, 32768.0f * d1, w + 16);
+    decode16(q.x, q.y, 32768.0f * d0(), w);
+    decode16(q.z, q.w, 32768.0f * d1(), w + 16);
   }
 };
 

@@ -105,8 +105,8 @@ __device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int 
 
 // Fused decode prologue (spec 2.3 steps 2-3): the block's G query heads into sm_q (f32), its
 // kv head's new K (normed, roped) and V into sm_kv (bf16); split 0 also stores them in the cache.
-// One warp per head, staged in sm_x so the NeoX pairs (j, j + D/2) rotate in place; angles in
-// double as in qk_norm_rope_kv.cu.
+// One warp per head, staged in sm_x so the NeoX pairs (j, j + D/2) rotate in place; the angles
+// (dev::rope_cos_sin) are the same for every head of the row, so each lane computes its own once.
 template <int D>
 __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bool store,
                                 float (*sm_q)[D], __nv_bfloat16 (*sm_kv)[D], float (*sm_x)[D]) {
@@ -114,6 +114,15 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
   const int H = args.a.num_heads, Hkv = args.a.num_kv_heads, G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t pos = args.kv.positions[row];
+  constexpr int kPairs = (D / 2 + 31) / 32;  // rotation pairs per lane
+  float2 rot[kPairs];
+  if (pq.rope && warp < G + 1) {  // the warps that rotate a query head or K
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      const int j = lane + 32 * i;
+      rot[i] = j < D / 2 ? dev::rope_cos_sin(pos, j, D, pq.rope_theta) : make_float2(1.0f, 0.0f);
+    }
+  }
   for (int it = warp; it < G + 2; it += kWarps) {  // G query heads, then K, then V
     const int head = it < G ? kvh * G + it : (it == G ? H + kvh : H + Hkv + kvh);
     const float* src = pq.qkv + (int64_t(row) * (H + 2 * Hkv) + head) * D;
@@ -129,11 +138,11 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
       for (int j = lane; j < D; j += 32) x[j] = x[j] * inv * w[j];
       __syncwarp();
       if (pq.rope) {
-        for (int j = lane; j < D / 2; j += 32) {
-          const double inv_freq = pow(pq.rope_theta, -2.0 * j / D);
-          double sn, cs;
-          sincos(double(pos) * inv_freq, &sn, &cs);
-          const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+          const int j = lane + 32 * i;
+          if (j >= D / 2) continue;
+          const float c = rot[i].x, s = rot[i].y;
           const float x0 = x[j], x1 = x[j + D / 2];
           x[j] = x0 * c - x1 * s;
           x[j + D / 2] = x1 * c + x0 * s;

@@ -104,11 +104,12 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 }
 
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
-// the block must call it (it synchronises); it performs the PDL wait itself.
-template <DType W, int NB, bool kGated, int R>
+// the block must call it (it synchronises); it performs the PDL wait itself. UX multiplies the
+// chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
+template <DType W, int NB, bool kGated, int R, int UX = 1>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   using C = Chunk<W>;
-  constexpr int U = gemv_unroll<W, kGated, R>();
+  constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   const int lane = threadIdx.x & 31;
   const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
   const int g = blockIdx.y;

@@ -29,13 +29,13 @@ __device__ void top_k_token(const RouteArgs& a, int t, float* score, float* key)
                    a.ids + int64_t(t) * slots, a.weights + int64_t(t) * slots);
 }
 
-template <DType W, int NB>
+template <DType W, int NB, int UX>
 __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs a) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ bool last;
   dev::pdl_launch_dependents();
-  dev::gemv_block<W, NB, false, kR>(a.g, smem);
+  dev::gemv_block<W, NB, false, kR, UX>(a.g, smem);
   // Publish this block's logits, then count it; the last block sees every block's logits.
   __threadfence();
   __syncthreads();
@@ -60,13 +60,13 @@ __global__ void moe_router_kernel(RouteArgs a) {
   top_k_token(a, blockIdx.x, score, score + a.r.num_experts);
 }
 
-template <DType W, int NB>
+template <DType W, int NB, int UX = 1>
 void launch_nb(const RouteArgs& a, int groups, cudaStream_t s) {
   const size_t smem = std::max<size_t>(NB * dev::padded_len(a.g.a.in),
                                        size_t(dev::kGemvWarps) * 2 * a.r.num_experts) *
                       sizeof(float);
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel<W, NB>,
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel<W, NB, UX>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxSmemBytes)));
     return true;
@@ -75,7 +75,7 @@ void launch_nb(const RouteArgs& a, int groups, cudaStream_t s) {
   FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "moe_route: {} bytes of shared memory", smem);
   const dim3 grid(static_cast<unsigned>(ceil_div(a.g.a.out, dev::kGemvWarps * kR)),
                   static_cast<unsigned>(groups));
-  launch_pdl(moe_route_kernel<W, NB>, grid, dim3(dev::kGemvThreads), smem, s, a);
+  launch_pdl(moe_route_kernel<W, NB, UX>, grid, dim3(dev::kGemvThreads), smem, s, a);
 }
 
 template <DType W>
@@ -85,9 +85,15 @@ void launch_w(const RouteArgs& a, cudaStream_t s) {
   int nb = n >= 8 ? 8 : n > 2 ? 4 : n;
   while (nb > 1 && nb * dev::padded_len(a.g.a.in) * int64_t(sizeof(float)) > kMaxSmemBytes) nb /= 2;
   const int groups = static_cast<int>(ceil_div(n, nb));
+  // One token: the router row in one pass (one DRAM round trip), twice the loads per lane.
+  constexpr int kPass = 32 * dev::gemv_unroll<W, false, kR>() * dev::Chunk<W>::kElems;
   switch (nb) {
     case 1:
-      launch_nb<W, 1>(a, groups, s);
+      if (a.g.a.in > kPass) {
+        launch_nb<W, 1, 2>(a, groups, s);
+      } else {
+        launch_nb<W, 1>(a, groups, s);
+      }
       break;
     case 2:
       launch_nb<W, 2>(a, groups, s);

@@ -1,5 +1,5 @@
 // Q/K norm + RoPE + KV write: one warp per (token, head), the head staged in shared memory so the
-// NeoX pairs (j, j + D/2) can be rotated in place. Angles in double: positions reach 262K.
+// NeoX pairs (j, j + D/2) can be rotated in place. Angles: dev::rope_cos_sin.
 // Reference: spec 2.3 steps 2-3 (tests/kernels/reference.h). Test:
 // tests/kernels/qk_norm_rope_kv_test.cu
 #include "backends/cuda/cuda_check.h"
@@ -37,12 +37,9 @@ __global__ void qk_norm_rope_kv_kernel(float* __restrict__ q_out, const float* _
     for (int j = lane; j < D; j += 32) x[j] = x[j] * inv * w[j];
     __syncwarp();
     if (a.rope) {
-      const double pos = positions[t];
       for (int j = lane; j < half; j += 32) {
-        const double inv_freq = pow(a.rope_theta, -2.0 * j / D);
-        double sn, cs;
-        sincos(pos * inv_freq, &sn, &cs);
-        const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+        const float2 cs = dev::rope_cos_sin(positions[t], j, D, a.rope_theta);
+        const float c = cs.x, s = cs.y;
         const float x0 = x[j], x1 = x[j + half];
         x[j] = x0 * c - x1 * s;
         x[j + half] = x1 * c + x0 * s;
