@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <utility>
 
 #include "backends/cpu/ops/rms_norm.h"
 #include "backends/cuda/kernels/gemv.h"
@@ -33,14 +32,19 @@ std::vector<float> normed(const std::vector<float>& x, const float* w, int rows,
 
 TEST(MoeRoute, MatchesCpuRouteAfterRmsNorm) {
   FLINT_REQUIRE_GPU();
-  const int64_t E = 77, k = 5;
   // d: one pass of a warp's loads over the row, or (one token, BF16) the doubled loads of a row
-  // longer than one pass.
-  for (auto [dt, d] :
-       {std::pair<DType, int64_t>{DType::kF32, 776}, {DType::kBF16, 776}, {DType::kBF16, 2056}}) {
+  // longer than one pass. E: the top-k keys in registers (<= 256) or in shared memory. k: picks
+  // held by their lanes until normalised (<= 32) or, past 32, written and scaled in place.
+  struct Shape {
+    DType dt;
+    int64_t d, E, k;
+  };
+  for (auto [dt, d, E, k] : {Shape{DType::kF32, 776, 77, 5}, Shape{DType::kBF16, 776, 77, 5},
+                             Shape{DType::kBF16, 2056, 256, 8}, Shape{DType::kF32, 136, 300, 40}}) {
     for (bool bias : {false, true}) {
       for (int T : {1, 3, 8, 11}) {
-        SCOPED_TRACE(fmt::format("dtype={} d={} bias={} tokens={}", dt, d, bias, T));
+        SCOPED_TRACE(
+            fmt::format("dtype={} d={} E={} k={} bias={} tokens={}", dt, d, E, k, bias, T));
         auto wf = random_floats(E * d, 40 + T, -0.5f, 0.5f);
         std::vector<uint8_t> wb(dtype_bytes_for(dt, E * d));
         if (dt == DType::kF32) {

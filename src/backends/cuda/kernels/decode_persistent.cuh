@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       {
         float* score = b.xs + int64_t(warp) * 2 * E;
         for (int t = warp; t < nb; t += kWarps) {
-          dev::top_k_token(a.logits + int64_t(t) * E, L.expert_bias, a.routing, score, score + E,
+          dev::top_k_token(a.logits + int64_t(t) * E, L.expert_bias, a.routing, score,
                            s_ids + t * slots, s_w + t * slots);
         }
         __syncthreads();

@@ -22,10 +22,10 @@ struct RouteArgs {
   MoeRouting r;
 };
 
-// Top-k of token t by one warp into the launch's ids/weights.
-__device__ void top_k_token(const RouteArgs& a, int t, float* score, float* key) {
+// Top-k of token t by one warp into the launch's ids/weights; scratch: [2E] floats.
+__device__ void top_k_token(const RouteArgs& a, int t, float* scratch) {
   const int slots = a.r.top_k + a.r.num_shared_slots;
-  dev::top_k_token(a.g.y + int64_t(t) * a.g.y_stride, a.bias, a.r, score, key,
+  dev::top_k_token(a.g.y + int64_t(t) * a.g.y_stride, a.bias, a.r, scratch,
                    a.ids + int64_t(t) * slots, a.weights + int64_t(t) * slots);
 }
 
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs 
   const int warp = threadIdx.x >> 5, E = a.r.num_experts;
   float* score = smem + int64_t(warp) * 2 * E;
   for (int t = warp; t < a.g.num_rows; t += dev::kGemvWarps) {
-    top_k_token(a, t, score, score + E);
+    top_k_token(a, t, score);
   }
   if (threadIdx.x == 0) *a.counter = 0;  // ready for the next launch
 }
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs 
 __global__ void moe_router_kernel(RouteArgs a) {
   extern __shared__ float4 smem4[];
   float* score = reinterpret_cast<float*>(smem4);
-  top_k_token(a, blockIdx.x, score, score + a.r.num_experts);
+  top_k_token(a, blockIdx.x, score);
 }
 
 template <DType W, int NB, int UX = 1>

@@ -11,31 +11,105 @@
 
 namespace flint::cuda::dev {
 
-// logits: the token's [E] router logits (read through L2: other blocks wrote them); bias: [E] or
-// null; score, key: [E] scratch of this warp (shared memory); out_ids/out_w: the token's slots
-// (shared or global memory), written by lane 0. Every lane of the warp must call it.
-__device__ inline void top_k_token(const float* logits, const float* bias, const MoeRouting& r,
-                                   float* score, float* key, int32_t* out_ids, float* out_w) {
-  const int lane = threadIdx.x & 31;
-  const int E = r.num_experts;
-  for (int e = lane; e < E; e += 32) {
-    const float sc = 1.0f / (1.0f + expf(-__ldcg(logits + e)));
-    score[e] = sc;
-    const float kv = bias != nullptr ? sc + bias[e] : sc;
-    key[e] = isnan(kv) ? -FLT_MAX : kv;  // a NaN score still yields k valid, distinct experts
-  }
-  __syncwarp();
-  float picked_sum = 0.0f;
-  for (int k = 0; k < r.top_k; ++k) {
-    float best = -INFINITY;
-    int best_e = E;
-    for (int e = lane; e < E; e += 32) {
-      const float v = key[e];
-      if (v > best) {  // strictly greater: within a lane, the lower id wins ties
-        best = v;
-        best_e = e;
+__device__ __forceinline__ float sigmoid_score(float logit) { return 1.0f / (1.0f + expf(-logit)); }
+// The selection key of a score: plus the bias; a NaN still yields k valid, distinct experts.
+__device__ __forceinline__ float selection_key(float score, float bias) {
+  const float k = score + bias;
+  return isnan(k) ? -FLT_MAX : k;
+}
+
+// Keys of E <= 32 kPer experts in registers: lane l holds experts l + 32 i. All loads are issued
+// before the first is used (a loop over the experts would wait on each in turn).
+template <int kPer>
+struct RegisterKeys {
+  float key[kPer];  // -inf once picked, and past the experts
+  __device__ __forceinline__ void load(const float* logits, const float* bias, int E,
+                                       float* score) {
+    const int lane = threadIdx.x & 31;
+    float v[kPer], b[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      v[i] = e < E ? __ldcg(logits + e) : 0.0f;
+      b[i] = e < E && bias != nullptr ? bias[e] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int e = lane + 32 * i;
+      key[i] = -INFINITY;
+      if (e < E) {
+        score[e] = sigmoid_score(v[i]);
+        key[i] = selection_key(score[e], b[i]);
       }
     }
+  }
+  // This lane's best key and expert (ties to the lower id: strictly greater, ids ascending).
+  __device__ __forceinline__ void best(int E, float& bv, int& be) const {
+    const int lane = threadIdx.x & 31;
+    bv = -INFINITY;
+    be = E;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (key[i] > bv) {
+        bv = key[i];
+        be = lane + 32 * i;
+      }
+    }
+  }
+  __device__ __forceinline__ void retire(int e) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (lane + 32 * i == e) key[i] = -INFINITY;
+    }
+  }
+};
+
+// Keys of any E in shared memory (this warp's [E] scratch): the path of E > 256.
+struct SharedKeys {
+  float* key;
+  __device__ __forceinline__ void load(const float* logits, const float* bias, int E,
+                                       float* score) {
+    for (int e = threadIdx.x & 31; e < E; e += 32) {
+      score[e] = sigmoid_score(__ldcg(logits + e));
+      key[e] = selection_key(score[e], bias != nullptr ? bias[e] : 0.0f);
+    }
+  }
+  __device__ __forceinline__ void best(int E, float& bv, int& be) const {
+    bv = -INFINITY;
+    be = E;
+    for (int e = threadIdx.x & 31; e < E; e += 32) {
+      if (key[e] > bv) {
+        bv = key[e];
+        be = e;
+      }
+    }
+  }
+  __device__ __forceinline__ void retire(int e) {
+    __syncwarp();  // every lane has read the keys of this round
+    if ((threadIdx.x & 31) == 0) key[e] = -INFINITY;
+    __syncwarp();
+  }
+};
+
+// Loads the token's keys, then picks the k best one at a time: each lane its best, then the
+// warp's (ties to the lower id), which is retired. Writes ids/weights as top_k_token describes.
+template <class Keys>
+__device__ __forceinline__ void pick_top_k(Keys& keys, const float* logits, const float* bias,
+                                           const MoeRouting& r, float* score, int32_t* out_ids,
+                                           float* out_w) {
+  const int lane = threadIdx.x & 31;
+  const int E = r.num_experts;
+  keys.load(logits, bias, E, score);
+  __syncwarp();
+  // Pick k is kept by lane k % 32 (k < 32) and written once its normalisation is known: a
+  // read-modify-write of out_w per pick would wait on memory each time.
+  float picked_sum = 0.0f, my_w = 0.0f;
+  int my_id = 0;
+  for (int k = 0; k < r.top_k; ++k) {
+    float best;
+    int best_e;
+    keys.best(E, best, best_e);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, best, o);
@@ -45,23 +119,47 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
         best_e = oe;
       }
     }
-    if (lane == 0) {
+    keys.retire(best_e);
+    const float sc = score[best_e];
+    if (k < 32 && lane == k) {
+      my_w = sc;
+      my_id = best_e;
+    } else if (k >= 32 && lane == 0) {
       out_ids[k] = best_e;
-      out_w[k] = score[best_e];
-      key[best_e] = -INFINITY;
+      out_w[k] = sc;
     }
-    picked_sum += score[best_e];
-    __syncwarp();
+    picked_sum += sc;
+  }
+  const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
+  if (lane < r.top_k) {
+    out_ids[lane] = my_id;
+    out_w[lane] = my_w * scale;
   }
   if (lane == 0) {
-    const float norm = r.norm_topk_prob ? 1.0f / picked_sum : 1.0f;
-    for (int k = 0; k < r.top_k; ++k) out_w[k] *= norm * r.routed_scaling_factor;
+    for (int k = 32; k < r.top_k; ++k) out_w[k] *= scale;
     for (int j = 0; j < r.num_shared_slots; ++j) {
       out_ids[r.top_k + j] = E + j;
       out_w[r.top_k + j] = 1.0f;
     }
   }
   __syncwarp();
+}
+
+// logits: the token's [E] router logits (read through L2: other blocks wrote them); bias: [E] or
+// null; scratch: [2E] floats of this warp (shared memory); out_ids/out_w: the token's slots
+// (shared or global memory), written by lane 0: the top_k experts by sigmoid(logit) + bias (ties
+// to the lower id) with their sigmoid scores (normalised over the picks when norm_topk_prob,
+// times routed_scaling_factor), then the shared-expert slots (ids E + j, weight 1). Up to 256
+// experts the keys stay in registers. Every lane of the warp must call it.
+__device__ inline void top_k_token(const float* logits, const float* bias, const MoeRouting& r,
+                                   float* scratch, int32_t* out_ids, float* out_w) {
+  if (r.num_experts <= 32 * 8) {
+    RegisterKeys<8> keys;
+    pick_top_k(keys, logits, bias, r, scratch, out_ids, out_w);
+  } else {
+    SharedKeys keys{scratch + r.num_experts};
+    pick_top_k(keys, logits, bias, r, scratch, out_ids, out_w);
+  }
 }
 
 }  // namespace flint::cuda::dev
