@@ -102,8 +102,8 @@ __device__ __forceinline__ void pick_top_k(Keys& keys, const float* logits, cons
   const int E = r.num_experts;
   keys.load(logits, bias, E, score);
   __syncwarp();
-  // Pick k is kept by lane k % 32 (k < 32) and written once its normalisation is known: a
-  // read-modify-write of out_w per pick would wait on memory each time.
+  // Pick k < 32 is kept by lane k and stored once, normalised, after the loop (one store per
+  // pick, no read-back of out_w); picks past 32 are stored by lane 0 and scaled in place.
   float picked_sum = 0.0f, my_w = 0.0f;
   int my_id = 0;
   for (int k = 0; k < r.top_k; ++k) {
