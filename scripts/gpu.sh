@@ -5,6 +5,10 @@
 #        scripts/gpu.sh everything [pytest args...]: both of the above and serve-tests in one build.
 #        scripts/gpu.sh serve-tests [pytest args...]: `flint serve --device cuda` under the OpenAI API
 #        tests (tests/python/server), with the packages scripts/gpu-deps.sh fetched (see there).
+#        scripts/gpu.sh ab BASE [decode_step_bench args...]: A/B of decode steps in one call. BASE
+#        is another source tree sent with the call (`git worktree add --detach .dev/base main`, carried);
+#        both are built, then the bench runs base, this tree, base, this tree... (FLINT_AB_ROUNDS
+#        rounds, default 3) and prints each configuration's median graph ms side by side.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -23,8 +27,54 @@ jobs="$(nproc)"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
   nvcc --version | tail -1
 } > "$out/device.txt" 2>&1
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLINT_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90a > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+configure() {  # source dir, build dir, log
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLINT_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a > "$3" 2>&1 || { tail -40 "$3"; exit 1; }
+}
+if [[ "$what" == ab ]]; then
+  base="${1:?usage: scripts/gpu.sh ab BASE [decode_step_bench args...]}"
+  shift
+  [[ -f "$base/CMakeLists.txt" ]] || { echo "gpu.sh ab: $base is not a source tree"; exit 1; }
+  for side in base new; do
+    src=.
+    [[ $side == base ]] && src="$base"
+    configure "$src" "$src/$build" "$out/configure-$side.log"
+    cmake --build "$src/$build" -j "$jobs" --target decode_step_bench > "$out/build-$side.log" 2>&1 ||
+      { grep -E "error|FAILED" "$out/build-$side.log" | head -40; exit 1; }
+  done
+  rounds="${FLINT_AB_ROUNDS:-3}"
+  for ((r = 1; r <= rounds; ++r)); do
+    for side in base new; do
+      src=.
+      [[ $side == base ]] && src="$base"
+      "$src/$build/bench/decode_step_bench" "$@" > "$out/ab-$side-$r.md" 2> "$out/ab-$side-$r.log" ||
+        { echo "gpu.sh ab: the $side bench failed (round $r)"; tail -5 "$out/ab-$side-$r.log"; exit 1; }
+    done
+  done
+  # Rows "| dtype | batch | context | path | graph ms | ..." of every round, per side.
+  awk -F'|' '
+    FNR == 1 { side = FILENAME ~ /ab-base-/ ? "base" : "new" }
+    $2 ~ /^ (nvfp4|bf16) $/ && $5 ~ /^ (layered|persistent) $/ {
+      key = $2 "/" $3 "/" $4 "/" $5; gsub(/ /, "", key)
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+      v[side, key] = v[side, key] " " ($6 + 0)
+    }
+    function median(s,   a, k, i, j, t) {
+      k = split(s, a, " ")
+      for (i = 1; i <= k; ++i) for (j = i + 1; j <= k; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+    }
+    END {
+      print "| weights/batch/context/path | base ms | new ms | change |"
+      print "|---|---:|---:|---:|"
+      for (i = 1; i <= n; ++i) {
+        b = median(v["base", order[i]]); w = median(v["new", order[i]])
+        printf "| %s | %.3f | %.3f | %+.1f%% |\n", order[i], b, w, (b > 0 ? 100 * (w - b) / b : 0)
+      }
+    }' "$out"/ab-base-*.md "$out"/ab-new-*.md | tee "$out/ab.md"
+  exit 0
+fi
+configure . "$build" "$out/configure.log"
 targets=(gpu_tests decode_step_bench)
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" > "$out/build.log" 2>&1 || {
   grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
