@@ -35,19 +35,18 @@ if [[ "$what" == ab ]]; then
   base="${1:?usage: scripts/gpu.sh ab BASE [decode_step_bench args...]}"
   shift
   [[ -f "$base/CMakeLists.txt" ]] || { echo "gpu.sh ab: $base is not a source tree"; exit 1; }
+  rounds="${FLINT_AB_ROUNDS:-3}"
+  [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu.sh ab: FLINT_AB_ROUNDS must be >= 1, got '$rounds'"; exit 1; }
+  declare -A tree=([base]="$base" [new]=.)
   for side in base new; do
-    src=.
-    [[ $side == base ]] && src="$base"
+    src="${tree[$side]}"
     configure "$src" "$src/$build" "$out/configure-$side.log"
     cmake --build "$src/$build" -j "$jobs" --target decode_step_bench > "$out/build-$side.log" 2>&1 ||
       { grep -E "error|FAILED" "$out/build-$side.log" | head -40; exit 1; }
   done
-  rounds="${FLINT_AB_ROUNDS:-3}"
   for ((r = 1; r <= rounds; ++r)); do
     for side in base new; do
-      src=.
-      [[ $side == base ]] && src="$base"
-      "$src/$build/bench/decode_step_bench" "$@" > "$out/ab-$side-$r.md" 2> "$out/ab-$side-$r.log" ||
+      "${tree[$side]}/$build/bench/decode_step_bench" "$@" > "$out/ab-$side-$r.md" 2> "$out/ab-$side-$r.log" ||
         { echo "gpu.sh ab: the $side bench failed (round $r)"; tail -5 "$out/ab-$side-$r.log"; exit 1; }
     done
   done
