@@ -96,9 +96,11 @@ __device__ __forceinline__ float rescale(float m, float M) {
   return m == -INFINITY ? 0.0f : exp2f(m - M);
 }
 
-// Cache row of position p (< 2^31: 32-bit division).
-__device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int seq, int p) {
-  if (sliding) return int64_t(kv.ring_ids[seq]) * kv.window + p % kv.window;
+// Cache row of position p (< 2^31: 32-bit division); ring: the sequence's first ring row
+// (ring_ids[seq] * window), loaded once up front on sliding layers.
+__device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int64_t ring, int seq,
+                                           int p) {
+  if (sliding) return ring + p % kv.window;
   const int32_t page = kv.block_table[int64_t(seq) * kv.max_blocks_per_seq + p / kv.page_size];
   return int64_t(page) * kv.page_size + p % kv.page_size;
 }
@@ -157,9 +159,8 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
       for (int j = lane; j < D; j += 32) kv_row[j] = __float2bfloat16(x[j]);
       if (store) {
         const TokenKv& kv = args.kv;
-        const int seq = kv.seq_idx[row];
-        const int64_t slot = args.a.sliding
-                                 ? int64_t(kv.ring_ids[seq]) * kv.window + pos % kv.window
+        const int64_t slot = args.a.sliding  // row t is sequence t (decode_attention_fused)
+                                 ? int64_t(kv.ring_ids[row]) * kv.window + pos % kv.window
                                  : int64_t(kv.slot_mapping[row]);
         __nv_bfloat16* dst =
             (it == G ? args.k_cache_out : args.v_cache_out) + (slot * Hkv + kvh) * D;
@@ -192,15 +193,21 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   const int gr = lane >> 2, qd = lane & 3;  // mma fragment row (query head) and column pair
   const TokenKv& kv = args.kv;
   const bool sliding = args.a.sliding;
-  const int seq = kv.seq_idx[row];
+  // A decode step (the fused variant) has one token per sequence: row t is sequence t and its
+  // only new key is at pos. Skipping those lookups, and loading the ring id next to the position,
+  // shortens the chain of dependent loads before the first K/V tile is requested from three round
+  // trips to one (sliding layers) or two (full layers: the block table entry needs the position).
+  const int seq = kFused ? row : kv.seq_idx[row];
   const int64_t pos = kv.positions[row];
+  const int64_t ring = sliding ? int64_t(kv.ring_ids[seq]) * kv.window : 0;
   const int64_t first = sliding ? max(int64_t(0), pos - kv.window + 1) : 0;
   const int64_t count = pos - first + 1;
   const int64_t per_split = ((count + S - 1) / S + kTileKeys - 1) & ~int64_t(kTileKeys - 1);
   const int64_t begin = first + split * per_split;
   const int64_t end = min(first + count, begin + per_split);
-  const int32_t q_start = kv.query_start_loc[seq];
-  const int64_t first_new = kv.seq_lens[seq] - (kv.query_start_loc[seq + 1] - q_start);
+  const int32_t q_start = kFused ? row : kv.query_start_loc[seq];
+  const int64_t first_new =
+      kFused ? pos : kv.seq_lens[seq] - (kv.query_start_loc[seq + 1] - q_start);
 
   const int64_t num_keys = end > begin ? end - begin : 0;
   const int num_tiles = static_cast<int>((num_keys + kTileKeys - 1) / kTileKeys);
@@ -221,8 +228,8 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
       const __nv_bfloat16* vsrc = args.v_cache;
       if (valid) {
         const bool in_step = p >= first_new;
-        const int64_t kr =
-            in_step ? q_start + (p - first_new) : key_row(kv, sliding, seq, static_cast<int>(p));
+        const int64_t kr = in_step ? q_start + (p - first_new)
+                                   : key_row(kv, sliding, ring, seq, static_cast<int>(p));
         const int64_t off = (kr * Hkv + kvh) * D;
         ksrc = (in_step ? args.k_step : args.k_cache) + off;
         vsrc = (in_step ? args.v_step : args.v_cache) + off;

@@ -64,9 +64,10 @@ struct DecodeQkv {
   double rope_theta = 10000.0;
 };
 
-// Decode steps only (every sequence has exactly one new token, at position seq_len - 1): as
-// qk_norm_rope_kv + kv_cache_write + decode_attention in one launch. The block of split 0 of each
-// (row, kv head) stores the new K/V in the cache; every block takes the new key from its own
+// Decode steps only (every sequence has exactly one new token, at position seq_len - 1, so token
+// row t is sequence t; the kernel relies on it and reads no seq_idx, query_start_loc or seq_lens):
+// as qk_norm_rope_kv + kv_cache_write + decode_attention in one launch. The block of split 0 of
+// each (row, kv head) stores the new K/V in the cache; every block takes the new key from its own
 // prologue, so none reads the slot being written (a ring slot it overwrites holds position
 // p - window, outside the window).
 void decode_attention_fused(float* out, const DecodeQkv& qkv, __nv_bfloat16* k_cache,

@@ -14,12 +14,18 @@ __device__ __forceinline__ void load_down_chunks(Chunk<W> (&w)[R][U], int64_t (&
                                                  const LinearRef& down, const int32_t* ids,
                                                  int64_t r0, int base, int total, int chunks) {
   const int lane = threadIdx.x & 31;
+  // Every expert id first, unconditionally (a clamped item past the end, its value unused): an id
+  // loaded under `i < total` cannot be hoisted, so each one waited for the previous chunk's issue.
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int i = min(base + lane + 32 * u, total - 1);
+    ebase[u] = int64_t(ids[i / chunks]) * down.out;
+  }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int i = base + lane + 32 * u;
     if (i >= total) continue;
     const int p = i / chunks;
-    ebase[u] = int64_t(ids[p]) * down.out;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r0 + r < down.out) w[r][u].load(down, ebase[u] + r0 + r, i - p * chunks);
