@@ -36,6 +36,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "Decode steps of up to 8 sequences: layered (a launch per op, as serve runs "
                   "them) or persistent (the experimental one-kernel path)")
       ->check(CLI::IsMember({"persistent", "layered"}));
+  cmd->add_flag("--ablate", opts->bench.ablate,
+                "Also time each layered decode step with one op kind left out: what each op "
+                "costs the step");
   cmd->add_option("--gpu-memory-utilization", opts->bench.gpu_memory_utilization,
                   "Fraction of GPU memory the benchmark may use");
   cmd->callback([opts, &exit_code] {

@@ -141,6 +141,9 @@ struct Row {
   std::string path;                                // the decode path the step took
   // Persistent path: block 0's work and barrier wait per phase kind, ms summed over the layers.
   std::vector<std::pair<std::string, float>> phases, waits;
+  // --ablate: per op kind, the graph step's ms without that op's launches subtracted from the
+  // full step's (what the op costs the step), ms.
+  std::vector<std::pair<std::string, float>> ablation;
 };
 
 // Sums a persistent step's phase times (CudaForward::trace_persistent) by phase kind, in ms:
@@ -241,6 +244,38 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
+  std::vector<std::pair<std::string, float>> ablation;
+  if (opt.ablate && ms_graph > 0 && !plan.persistent) {
+    using F = CudaForward;
+    const std::pair<const char*, uint32_t> kinds[] = {{"qkv_proj", F::kOpQkv},
+                                                      {"attention_full", F::kOpAttentionFull},
+                                                      {"attention_sliding", F::kOpAttentionSliding},
+                                                      {"o_proj", F::kOpO},
+                                                      {"moe_router", F::kOpRouter},
+                                                      {"moe_gate_up", F::kOpGateUp},
+                                                      {"moe_down", F::kOpDown}};
+    for (const auto& [name, bit] : kinds) {
+      fwd->set_skipped_ops(bit);
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t e = nullptr;
+      float ms = -1.0f;
+      if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        step();
+        if (cudaStreamEndCapture(s, &g) == cudaSuccess &&
+            cudaGraphInstantiate(&e, g, 0) == cudaSuccess) {
+          ms = time_it([&] { FLINT_CUDA_CHECK(cudaGraphLaunch(e, s)); }, opt.steps);
+        }
+      }
+      if (e != nullptr) cudaGraphExecDestroy(e);
+      if (g != nullptr) cudaGraphDestroy(g);
+      fwd->set_skipped_ops(0);
+      if (ms < 0) {
+        (void)cudaGetLastError();
+        return make_error(ErrorCode::kInternal, "bench: graph capture without {} failed", name);
+      }
+      ablation.emplace_back(name, ms_graph - ms);
+    }
+  }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -274,7 +309,8 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
              ops,
              plan.persistent ? "persistent" : "layered",
              phases,
-             waits};
+             waits,
+             ablation};
 }
 
 // Seconds since this process started (Linux: /proc/self/stat start time against /proc/uptime).
@@ -449,6 +485,10 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
   if (opt.decode_path != "persistent" && opt.decode_path != "layered") {
     return bad("--decode-path must be persistent or layered, got '{}'", opt.decode_path);
   }
+  if (opt.ablate && opt.decode_path != "layered") {
+    return bad("--ablate times the layered path's ops; it cannot go with --decode-path {}",
+               opt.decode_path);
+  }
   for (int b : opt.batches) {
     if (b < 1 || b > kMaxBatch) return bad("--batch must be in [1, {}], got {}", kMaxBatch, b);
   }
@@ -585,6 +625,22 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
     }
     print_ops_table(ops, labels, "weights | batch | context", 3);
   }
+  {
+    std::vector<std::vector<std::pair<std::string, float>>> ablation;
+    std::vector<std::string> labels;
+    for (const Row& r : rows) {
+      if (r.ablation.empty()) continue;
+      ablation.push_back(r.ablation);
+      labels.push_back(fmt::format("{} | {} | {}", r.dtype, r.batch, r.ctx));
+    }
+    if (!ablation.empty()) {
+      fmt::print(
+          "\nWhat each op kind costs the graph step (--ablate: the step's graph with that op's "
+          "launches left out, subtracted from the full step; the results of such a step are "
+          "meaningless, its time is not), ms:\n\n");
+      print_ops_table(ablation, labels, "weights | batch | context", 3);
+    }
+  }
   for (const bool wait : {false, true}) {
     std::vector<std::vector<std::pair<std::string, float>>> phases;
     std::vector<std::string> labels;
@@ -638,8 +694,17 @@ int decode_bench_main(int argc, char** argv) {
     while (std::getline(ss, item, ',')) out.push_back(std::atoll(item.c_str()));
     return out;
   };
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (k == "--ablate") {  // a flag, as in `flint bench`
+      opt.ablate = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fmt::print(stderr, "decode_step_bench: {} needs a value\n", k);
+      return 2;
+    }
     if (k == "--dtype") {
       opt.dtypes.clear();
       std::stringstream ss(argv[i + 1]);

@@ -22,6 +22,9 @@ struct BenchOptions {
   // Decode steps of up to 8 sequences: "layered" (a launch per op, what serve runs) or
   // "persistent" (the experimental one-kernel path, when the model allows it).
   std::string decode_path = "layered";
+  // Layered decode steps: also time the step's graph with each op kind left out
+  // (CudaForward::set_skipped_ops) and report what each costs the step.
+  bool ablate = false;
   int warmup = 5;
   int steps = 40;
   double gpu_memory_utilization = 0.95;

@@ -442,11 +442,13 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
   embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
   mark("embedding");
   const MoeRouting routing = this->routing();
+  auto run = [&](uint32_t op) { return (skipped_ops_ & op) == 0; };  // set_skipped_ops
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& L = w_.layers()[l];
     const bool sliding = c.is_sliding(l);
     // The input RMSNorm is fused into the projection that reads the residual stream.
-    gemv(ws_qkv_, qkv_cols, ws_h_, d, T, L.qkv, false, s, GemvNorm{L.attn_norm, eps});
+    if (run(kOpQkv))
+      gemv(ws_qkv_, qkv_cols, ws_h_, d, T, L.qkv, false, s, GemvNorm{L.attn_norm, eps});
     mark("qkv_proj");
     const TokenKv kv = token_kv(plan);
     auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
@@ -461,8 +463,10 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     if (plan.decode) {
       // One launch: q/k norm, RoPE, the cache write of the new K/V and attention.
       const DecodeQkv dq{ws_qkv_, L.q_norm, L.k_norm, eps, rope, c.rope_theta};
-      decode_attention_fused(ws_attn_, dq, k_cache(l), v_cache(l), L.sinks, kv, T, aa,
-                             ws_attn_part_, attn_counters_.as<int32_t>(), s);
+      if (run(sliding ? kOpAttentionSliding : kOpAttentionFull)) {
+        decode_attention_fused(ws_attn_, dq, k_cache(l), v_cache(l), L.sinks, kv, T, aa,
+                               ws_attn_part_, attn_counters_.as<int32_t>(), s);
+      }
       mark(sliding ? "attention_sliding" : "attention_full");
     } else {
       // Chunks: the cache is written after attention (see the top of this file).
@@ -477,7 +481,7 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
                      static_cast<int>(D), sliding, s);
       mark("kv_cache_write");
     }
-    gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
+    if (run(kOpO)) gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
     mark("o_proj");
     const GemvNorm ffn_norm{L.ffn_norm, eps};
     if (c.layer_is_dense[l]) {
@@ -495,12 +499,16 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
         x = ws_a_;
         norm = GemvNorm{};
       }
-      moe_route(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
-                MoeRouteScratch{ws_rlogits_, d_route_counter_}, s);
+      if (run(kOpRouter)) {
+        moe_route(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
+                  MoeRouteScratch{ws_rlogits_, d_route_counter_}, s);
+      }
       mark("moe_router");
-      gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm);
+      if (run(kOpGateUp)) {
+        gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm);
+      }
       mark("moe_gate_up");
-      moe_down(ws_h_, d, ws_act_, ids, ws_rw_, T, slots_, L.exp_down, s);
+      if (run(kOpDown)) moe_down(ws_h_, d, ws_act_, ids, ws_rw_, T, slots_, L.exp_down, s);
       mark("moe_down");
       if (L.has_separate_shared) {
         const int64_t Ish = c.shared_expert_intermediate_size;

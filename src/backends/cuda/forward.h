@@ -114,6 +114,20 @@ class CudaForward {
   // is correct but slower on the H200 today (docs/PERFORMANCE.md). Takes effect at the next
   // upload_step (it is part of the StepPlan, so graphs of either path stay valid).
   void set_persistent_decode(bool on) { persistent_on_ = on; }
+  // Benchmark only (`flint bench --ablate`): ops of the layered decode path that enqueue leaves
+  // out, a mask of DecodeOp bits, so that a graph of the rest times what each op costs the step.
+  // The step's results are then meaningless, and the left-out ops' outputs keep the values of
+  // the last step that ran them (run a full step first). 0 (the default) runs everything.
+  enum DecodeOp : uint32_t {
+    kOpQkv = 1u << 0,
+    kOpAttentionFull = 1u << 1,
+    kOpAttentionSliding = 1u << 2,
+    kOpO = 1u << 3,
+    kOpRouter = 1u << 4,
+    kOpGateUp = 1u << 5,
+    kOpDown = 1u << 6,
+  };
+  void set_skipped_ops(uint32_t mask) { skipped_ops_ = mask; }
   // Whether the persistent kernel can run this model, and if not, why.
   bool persistent_decode_available() const { return persistent_shape_.ok; }
   const std::string& persistent_decode_unavailable_reason() const { return persistent_shape_.why; }
@@ -178,6 +192,7 @@ class CudaForward {
   PersistentDecodeShape persistent_shape_;
   PersistentDecodeArgs persistent_args_;  // the model's part, from prepare_persistent
   bool persistent_on_ = false;
+  uint32_t skipped_ops_ = 0;  // set_skipped_ops
   int64_t persistent_steps_ = 0;
 };
 

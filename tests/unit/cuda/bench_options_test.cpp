@@ -23,6 +23,8 @@ TEST(BenchOptions, DefaultsAndTheDocumentedRunAreValid) {
   o.warmup = 0;
   o.gpu_memory_utilization = 1.0;
   EXPECT_TRUE(validate_bench_options(c, o));
+  o.ablate = true;  // with the layered path (the default)
+  EXPECT_TRUE(validate_bench_options(c, o));
   o.batches.clear();  // prefill only
   EXPECT_TRUE(validate_bench_options(c, o));
 }
@@ -58,6 +60,11 @@ TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
       {"--prefill-runs", [](BenchOptions& o) { o.prefill_runs = 0; }},
       {"--steps", [](BenchOptions& o) { o.steps = 0; }},
       {"--decode-path", [](BenchOptions& o) { o.decode_path = "fused"; }},
+      {"--ablate",
+       [](BenchOptions& o) {
+         o.ablate = true;
+         o.decode_path = "persistent";
+       }},
       {"--warmup", [](BenchOptions& o) { o.warmup = -1; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 0.0; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 1.5; }},
