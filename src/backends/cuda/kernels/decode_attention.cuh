@@ -419,19 +419,45 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   __syncthreads();
   if (!sm_last) return;
   __threadfence();
+  // The first kPre partials of this thread's first output chunk are requested now, together with
+  // the m/l pairs (each read once), so the merge waits on L2 once instead of three times.
+  constexpr int kPre = 8;
+  const bool pre_ok = int(threadIdx.x) < G * (D / 4);
+  float4 pre[kPre];
+  {
+    const int g = pre_ok ? int(threadIdx.x) / (D / 4) : 0, d4 = int(threadIdx.x) % (D / 4);
+    const float4* pp = reinterpret_cast<const float4*>(args.part + (head0 + g) * S * D) + d4;
+#pragma unroll
+    for (int s = 0; s < kPre; ++s) {
+      pre[s] = pre_ok && s < S ? __ldcg(pp + s * (D / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  static_assert(kAttentionMaxSplits <= 64, "two splits per lane");
   if (warp < G) {  // one warp per query head: the split weights and 1 / Z
     const int g = warp;
     const float* ml = part_ml + (head0 + g) * S * 2;
     const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
-    float M = sink;
-    for (int s = lane; s < S; s += 32) M = fmaxf(M, __ldcg(ml + 2 * s));
+    float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int sp = lane + 32 * h;
+      if (sp < S) {
+        m[h] = __ldcg(ml + 2 * sp);
+        lsum[h] = __ldcg(ml + 2 * sp + 1);
+      }
+    }
+    float M = fmaxf(fmaxf(sink, m[0]), m[1]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
     float z = lane == 0 ? rescale(sink, M) : 0.0f;
-    for (int s = lane; s < S; s += 32) {
-      const float wt = rescale(__ldcg(ml + 2 * s), M);
-      sm_w[g][s] = wt;
-      z += __ldcg(ml + 2 * s + 1) * wt;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int sp = lane + 32 * h;
+      if (sp < S) {
+        const float wt = rescale(m[h], M);
+        sm_w[g][sp] = wt;
+        z += lsum[h] * wt;
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
@@ -441,16 +467,21 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   for (int idx = threadIdx.x; idx < G * (D / 4); idx += kThreads) {
     const int g = idx / (D / 4), d4 = idx % (D / 4);
     const float4* pp = reinterpret_cast<const float4*>(args.part + (head0 + g) * S * D) + d4;
+    const bool first = idx == int(threadIdx.x);  // pre holds its splits 0 .. kPre - 1
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int s = 0; s < S; ++s) {
-      const float4 x = __ldcg(pp + s * (D / 4));
+    auto add = [&](const float4& x, int s) {
       const float wt = sm_w[g][s];
       o.x += x.x * wt;
       o.y += x.y * wt;
       o.z += x.z * wt;
       o.w += x.w * wt;
+    };
+#pragma unroll
+    for (int s = 0; s < kPre; ++s) {
+      if (s < S) add(first ? pre[s] : __ldcg(pp + s * (D / 4)), s);
     }
+#pragma unroll 8
+    for (int s = kPre; s < S; ++s) add(__ldcg(pp + s * (D / 4)), s);
     const float iz = sm_inv_z[g];
     reinterpret_cast<float4*>(args.out + (head0 + g) * D)[d4] =
         make_float4(o.x * iz, o.y * iz, o.z * iz, o.w * iz);
