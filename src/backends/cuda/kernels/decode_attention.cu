@@ -2,8 +2,10 @@
 // streams its own 16-key tiles of K and V into shared memory with cp.async (kStages deep) and runs
 // S = Q K^T and O += P V as mma.m16n8k16 with the G <= 8 query heads of the kv head as rows 0..7
 // and their bf16 low parts as rows 8..15, so q and p keep ~16 mantissa bits (fp32-like results)
-// at no extra mma. The block merges its warps; with several splits the last block of a
-// (row, kv head) to finish (atomic counter) merges them and adds the sink. On decode steps the
+// at no extra mma. The block merges its warps; with 2 .. 8 splits the (row, kv head)'s blocks form
+// a cluster and merge through distributed shared memory, each a slice of the outputs; with more
+// the last block to finish (atomic counter) merges them from global memory; either adds the sink.
+// On decode steps the
 // kernel also does the q/k RMSNorm, RoPE and the cache write of the new K/V (fused variant).
 // Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #include <algorithm>
@@ -16,20 +18,58 @@ namespace {
 
 using namespace attn;
 
-template <int D, bool kFused>
+template <int D, bool kFused, SplitMerge kMerge>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKernelArgs args) {
   extern __shared__ __align__(128) unsigned char smem[];
-  attention_block<D, kFused>(args, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, smem);
+  attention_block<D, kFused, kMerge>(args, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, smem);
 }
 
-template <int D, bool kFused>
+template <int D, bool kFused, SplitMerge kMerge>
 void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
+  constexpr auto kernel = decode_attention_kernel<D, kFused, kMerge>;
   constexpr int kSmem = smem_bytes<D>();
   // Once per process and instantiation; not a stream operation, so graph capture is unaffected.
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      decode_attention_kernel<D, kFused>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FLINT_CUDA_CHECK(configured);
-  decode_attention_kernel<D, kFused><<<grid, kThreads, kSmem, s>>>(k);
+  cudaLaunchAttribute attrs[1] = {};
+  unsigned num_attrs = 0;
+  if constexpr (kMerge == SplitMerge::kCluster) {
+    // One cluster per (kv head, row): its blocks are the splits (grid.y == num_splits <= 8).
+    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[num_attrs].val.clusterDim.x = 1;
+    attrs[num_attrs].val.clusterDim.y = grid.y;
+    attrs[num_attrs].val.clusterDim.z = 1;
+    ++num_attrs;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = s;
+  config.attrs = attrs;
+  config.numAttrs = num_attrs;
+  FLINT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, k));
+}
+
+template <bool kFused, SplitMerge kMerge>
+void launch_head_dim(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
+  switch (k.a.head_dim) {
+    case 16:
+      launch<16, kFused, kMerge>(k, grid, s);
+      break;
+    case 32:
+      launch<32, kFused, kMerge>(k, grid, s);
+      break;
+    case 64:
+      launch<64, kFused, kMerge>(k, grid, s);
+      break;
+    case 128:
+      launch<128, kFused, kMerge>(k, grid, s);
+      break;
+    default:
+      FLINT_FAIL("decode_attention: head_dim {} is not supported (16, 32, 64, 128)", k.a.head_dim);
+  }
 }
 
 template <bool kFused>
@@ -42,25 +82,17 @@ void launch_any(const AttnKernelArgs& k, int num_rows, cudaStream_t s) {
   FLINT_CHECK(a.num_splits >= 1 && a.num_splits <= kAttentionMaxSplits,
               "decode_attention: {} splits (1..{})", a.num_splits, kAttentionMaxSplits);
   FLINT_CHECK(!a.sliding || k.kv.window > 0, "decode_attention: sliding layer without a window");
-  FLINT_CHECK(a.num_splits == 1 || (k.part != nullptr && k.counters != nullptr),
-              "decode_attention: {} splits need a workspace and counters", a.num_splits);
+  const bool cluster = a.num_splits > 1 && a.num_splits <= kAttentionClusterMaxSplits;
+  FLINT_CHECK(
+      a.num_splits <= kAttentionClusterMaxSplits || (k.part != nullptr && k.counters != nullptr),
+      "decode_attention: {} splits (more than {}) need a workspace and counters", a.num_splits,
+      kAttentionClusterMaxSplits);
   if (num_rows == 0) return;
   const dim3 grid(a.num_kv_heads, a.num_splits, num_rows);
-  switch (a.head_dim) {
-    case 16:
-      launch<16, kFused>(k, grid, s);
-      break;
-    case 32:
-      launch<32, kFused>(k, grid, s);
-      break;
-    case 64:
-      launch<64, kFused>(k, grid, s);
-      break;
-    case 128:
-      launch<128, kFused>(k, grid, s);
-      break;
-    default:
-      FLINT_FAIL("decode_attention: head_dim {} is not supported (16, 32, 64, 128)", a.head_dim);
+  if (cluster) {
+    launch_head_dim<kFused, SplitMerge::kCluster>(k, grid, s);
+  } else {
+    launch_head_dim<kFused, SplitMerge::kGlobal>(k, grid, s);
   }
   FLINT_CUDA_CHECK(cudaGetLastError());
 }

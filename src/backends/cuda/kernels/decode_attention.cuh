@@ -3,6 +3,7 @@
 // one of its phases. See decode_attention.cu for the algorithm.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -44,10 +45,24 @@ template <int D>
 constexpr int stage_bytes() {
   return 2 * kTileKeys * D * 2;  // K then V tile, bf16
 }
+// After the main loop the stages hold the warps' partials, [kWarps][kMaxGroup][D + 2] floats, and
+// for a cluster merge the block's partial behind them: [kMaxGroup][D] accumulators, then
+// [kMaxGroup][2] m (log2 units), l.
+template <int D>
+constexpr int warp_partials_bytes() {
+  return kWarps * kMaxGroup * (D + 2) * 4;
+}
 template <int D>
 constexpr int smem_bytes() {
-  return std::max(kWarps * kStages * stage_bytes<D>(), kWarps * kMaxGroup * (D + 2) * 4);
+  return std::max(kWarps * kStages * stage_bytes<D>(),
+                  warp_partials_bytes<D>() + kMaxGroup * (D + 2) * 4);
 }
+
+// How the splits of a (row, kv head) are merged: by the last block to finish, through the global
+// workspace and a counter, or by the thread-block cluster of its splits (cluster dims
+// (1, num_splits, 1), block rank = split) through distributed shared memory, without a global
+// round trip. The persistent kernel is not launched as clusters and always merges globally.
+enum class SplitMerge { kGlobal, kCluster };
 
 // Byte offset of 16-byte chunk `c` of tile row `r` (rows of D bf16): chunks are XOR-swizzled by
 // the row so the 8 rows an ldmatrix reads fall in different banks.
@@ -171,11 +186,113 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
   }
 }
 
+// Run by one warp per query head: the weights 2^(m_s - M) of the S <= 64 splits into w[0 .. S) and
+// 1 / Z into *inv_z, where M and Z include the sink (log2 units; -inf: none). ml(sp) returns split
+// sp's (m, l) and is called by the lanes sp < S only. Both merges use it: the same arithmetic in
+// the same order of splits.
+template <typename LoadMl>
+__device__ __forceinline__ void split_weights(int S, float sink, LoadMl ml, float* w,
+                                              float* inv_z) {
+  static_assert(kAttentionMaxSplits <= 64, "two splits per lane");
+  const int lane = threadIdx.x & 31;
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int sp = lane + 32 * h;
+    if (sp < S) {
+      const float2 x = ml(sp);
+      m[h] = x.x;
+      lsum[h] = x.y;
+    }
+  }
+  float M = fmaxf(fmaxf(sink, m[0]), m[1]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  float z = lane == 0 ? rescale(sink, M) : 0.0f;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int sp = lane + 32 * h;
+    if (sp < S) {
+      const float wt = rescale(m[h], M);
+      w[sp] = wt;
+      z += lsum[h] * wt;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+  if (lane == 0) *inv_z = z > 0.0f ? 1.0f / z : 0.0f;
+}
+
+// o += x * wt, component-wise.
+__device__ __forceinline__ void add_weighted(float4& o, const float4& x, float wt) {
+  o.x += x.x * wt;
+  o.y += x.y * wt;
+  o.z += x.z * wt;
+  o.w += x.w * wt;
+}
+
+// SplitMerge::kCluster: the S <= kAttentionClusterMaxSplits blocks of the (row, kv head) cluster
+// each left their partial in `part` (their own shared memory, same offset in every block; see
+// smem_bytes) and now merge them through distributed shared memory, block `split` the
+// split-th slice of the G * D / 4 output float4s. Every thread of every block of the cluster calls
+// it (it holds two cluster barriers).
+template <int D>
+__device__ __forceinline__ void cluster_merge(const AttnKernelArgs& args, int kvh, int split,
+                                              int64_t head0, float* part,
+                                              float (*sm_w)[kAttentionMaxSplits], float* sm_inv_z) {
+  namespace cg = cooperative_groups;
+  constexpr int kVecs = D / 4;  // output float4s per query head
+  static_assert(kMaxGroup * kVecs <= kThreads, "one output float4 per thread");
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int S = args.a.num_splits, G = args.a.num_heads / args.a.num_kv_heads;
+  const int warp = threadIdx.x >> 5;
+  const int per_block = (G * kVecs + S - 1) / S;
+  const int idx = split * per_block + int(threadIdx.x);  // float4 of [G][D]: head idx / kVecs
+  const bool mine = int(threadIdx.x) < per_block && idx < G * kVecs;
+  const float sink =
+      warp < G && args.sinks != nullptr ? args.sinks[kvh * G + warp] * kLog2e : -INFINITY;
+  // Release / acquire: every block's partial, written by its own threads, is visible to all.
+  cluster.sync();
+  // This thread's float4 of every split, requested before the weights: one DSMEM wait, not two.
+  float4 x[kAttentionClusterMaxSplits];
+#pragma unroll
+  for (int s = 0; s < kAttentionClusterMaxSplits; ++s) {
+    x[s] = mine && s < S ? reinterpret_cast<const float4*>(cluster.map_shared_rank(part, s))[idx]
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (warp < G) {
+    const float* ml = part + kMaxGroup * D + 2 * warp;
+    split_weights(
+        S, sink,
+        [&](int sp) {
+          const float* r = cluster.map_shared_rank(ml, sp);
+          return make_float2(r[0], r[1]);
+        },
+        sm_w[warp], &sm_inv_z[warp]);
+  }
+  __syncthreads();  // sm_w, sm_inv_z
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int g = idx / kVecs;
+  if (mine) {
+#pragma unroll
+    for (int s = 0; s < kAttentionClusterMaxSplits; ++s) {
+      if (s < S) add_weighted(o, x[s], sm_w[g][s]);
+    }
+    const float iz = sm_inv_z[g];
+    o = make_float4(o.x * iz, o.y * iz, o.z * iz, o.w * iz);
+  }
+  // Every remote value this block reads has been used, so the arrival (release) may go now; the
+  // wait keeps this block's shared memory alive until the other blocks have read it too.
+  cg::cluster_group::arrival_token arrived = cluster.barrier_arrive();
+  if (mine) reinterpret_cast<float4*>(args.out + head0 * D)[idx] = o;
+  cluster.barrier_wait(std::move(arrived));
+}
+
 // The work of one (kv head, split, row) block; every thread of the block calls it. smem: at least
 // smem_bytes<D>() bytes, 128-byte aligned. num_rows: the rows of the launch (partials layout).
 // Activations (the fused variant's qkv) are read through L2, so a persistent kernel may call it
 // after other blocks wrote them in the same launch.
-template <int D, bool kFused>
+template <int D, bool kFused, SplitMerge kMerge>
 __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int kvh, int split,
                                                 int row, int num_rows, unsigned char* smem) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per key row
@@ -383,6 +500,8 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   __syncthreads();
   const int64_t head0 = int64_t(row) * H + kvh * G;
   float* part_ml = args.part + int64_t(num_rows) * H * S * D;
+  // SplitMerge::kCluster: this block's partial, read by the cluster (see smem_bytes).
+  float* block_part = mg + warp_partials_bytes<D>() / 4;
   for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
     const int g = idx / D, d = idx % D;
     float M = -INFINITY;
@@ -401,6 +520,12 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
       const float Mf = fmaxf(M, sink);
       const float z = L * rescale(M, Mf) + rescale(sink, Mf);
       args.out[(head0 + g) * D + d] = z > 0.0f ? A * rescale(M, Mf) / z : 0.0f;
+    } else if constexpr (kMerge == SplitMerge::kCluster) {
+      block_part[g * D + d] = A;
+      if (d == 0) {
+        block_part[kMaxGroup * D + 2 * g] = M;
+        block_part[kMaxGroup * D + 2 * g + 1] = L;
+      }
     } else {
       args.part[((head0 + g) * S + split) * D + d] = A;
       if (d == 0) {
@@ -410,6 +535,10 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
     }
   }
   if (S == 1) return;
+  if constexpr (kMerge == SplitMerge::kCluster) {
+    cluster_merge<D>(args, kvh, split, head0, block_part, sm_w, sm_inv_z);
+    return;
+  }
 
   // Last block of this (row, kv head) merges the S partials (threadFenceReduction pattern).
   __threadfence();
@@ -432,36 +561,13 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
       pre[s] = pre_ok && s < S ? __ldcg(pp + s * (D / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
-  static_assert(kAttentionMaxSplits <= 64, "two splits per lane");
   if (warp < G) {  // one warp per query head: the split weights and 1 / Z
     const int g = warp;
     const float* ml = part_ml + (head0 + g) * S * 2;
     const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
-    float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int sp = lane + 32 * h;
-      if (sp < S) {
-        m[h] = __ldcg(ml + 2 * sp);
-        lsum[h] = __ldcg(ml + 2 * sp + 1);
-      }
-    }
-    float M = fmaxf(fmaxf(sink, m[0]), m[1]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-    float z = lane == 0 ? rescale(sink, M) : 0.0f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int sp = lane + 32 * h;
-      if (sp < S) {
-        const float wt = rescale(m[h], M);
-        sm_w[g][sp] = wt;
-        z += lsum[h] * wt;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
-    if (lane == 0) sm_inv_z[g] = z > 0.0f ? 1.0f / z : 0.0f;
+    split_weights(
+        S, sink, [&](int sp) { return make_float2(__ldcg(ml + 2 * sp), __ldcg(ml + 2 * sp + 1)); },
+        sm_w[g], &sm_inv_z[g]);
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < G * (D / 4); idx += kThreads) {
@@ -469,13 +575,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
     const float4* pp = reinterpret_cast<const float4*>(args.part + (head0 + g) * S * D) + d4;
     const bool first = idx == int(threadIdx.x);  // pre holds its splits 0 .. kPre - 1
     float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    auto add = [&](const float4& x, int s) {
-      const float wt = sm_w[g][s];
-      o.x += x.x * wt;
-      o.y += x.y * wt;
-      o.z += x.z * wt;
-      o.w += x.w * wt;
-    };
+    auto add = [&](const float4& x, int s) { add_weighted(o, x, sm_w[g][s]); };
 #pragma unroll
     for (int s = 0; s < kPre; ++s) {
       if (s < S) add(first ? pre[s] : __ldcg(pp + s * (D / 4)), s);

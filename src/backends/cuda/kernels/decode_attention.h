@@ -1,6 +1,8 @@
 // Decode attention over the KV cache (paged for full layers, ring for sliding layers) on tensor
-// cores, split across blocks along the keys (flash-decoding); the last block of a (row, kv head)
-// merges the splits and adds the per-head sink, so one launch does the whole layer.
+// cores, split across blocks along the keys (flash-decoding); the splits of a (row, kv head) are
+// merged, with the per-head sink, in the same launch: up to kAttentionClusterMaxSplits by their
+// thread-block cluster through distributed shared memory, more by the last block to finish through
+// a global workspace.
 // Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #pragma once
 
@@ -22,6 +24,9 @@ struct DecodeAttentionArgs {
 };
 
 inline constexpr int kAttentionMaxSplits = 64;
+// Split counts 2 .. this one launch as clusters (8: the portable cluster size) and need neither
+// workspace nor counters.
+inline constexpr int kAttentionClusterMaxSplits = 8;
 
 // Splits for `num_rows` query rows that each see at most `max_keys` keys (pass a bucketed value:
 // the result is baked into captured graphs). One block of (row, kv head, split) per SM at most,
@@ -46,7 +51,8 @@ inline int64_t decode_attention_counters(int num_rows, int num_kv_heads) {
 // row t. q: [num_rows, H, D] f32; sinks: [H] f32 or null; out: [num_rows, H * D] f32.
 // k_step, v_step: [num_rows, Hkv, D] bf16, this step's rows (see TokenKv); keys before the
 // sequence's new tokens come from k_cache/v_cache. workspace: decode_attention_workspace()
-// floats; counters: decode_attention_counters() int32, zero.
+// floats; counters: decode_attention_counters() int32, zero (both may be null when
+// a.num_splits <= kAttentionClusterMaxSplits).
 void decode_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
                       const __nv_bfloat16* v_cache, const __nv_bfloat16* k_step,
                       const __nv_bfloat16* v_step, const float* sinks, const TokenKv& kv,

@@ -342,7 +342,8 @@ __device__ __noinline__ void attention_phase(const PersistentDecodeArgs& a,
                                 L.v_cache};
   const int items = Hkv * S * nb;
   for (int it = blockIdx.x; it < items; it += gridDim.x) {
-    attn::attention_block<D, true>(aa, it % Hkv, (it / Hkv) % S, it / (Hkv * S), nb, smem);
+    attn::attention_block<D, true, attn::SplitMerge::kGlobal>(aa, it % Hkv, (it / Hkv) % S,
+                                                              it / (Hkv * S), nb, smem);
     __syncthreads();
   }
 }
