@@ -154,10 +154,14 @@ void run_case(const AttnCase& tc) {
     SCOPED_TRACE(fmt::format("splits={}", a.num_splits));
     DeviceArray<float> ws(int64_t(T) * H * a.num_splits * (D + 2));
     DeviceArray<int32_t> counters(std::vector<int32_t>(T * Hkv, 0));
+    // Up to kAttentionClusterMaxSplits splits merge within their cluster: no workspace, no
+    // counters.
+    const bool global_merge = a.num_splits > kAttentionClusterMaxSplits;
     for (int rep = 0; rep < 2; ++rep) {  // the second launch relies on the counters' reset
       FLINT_CUDA_CHECK(cudaMemset(d_out.get(), 0, sizeof(float) * T * H * D));
       decode_attention(d_out.get(), d_q.get(), d_kc.get(), d_vc.get(), d_k.get(), d_v.get(),
-                       d_sinks.get(), kv, T, a, ws.get(), counters.get(), nullptr);
+                       d_sinks.get(), kv, T, a, global_merge ? ws.get() : nullptr,
+                       global_merge ? counters.get() : nullptr, nullptr);
       const auto got = d_out.to_host();
       EXPECT_LE(testing::worst_ratio(got, want, 1e-4, 1e-3), 1.0) << "launch " << rep;
       const auto c = counters.to_host();
@@ -195,6 +199,21 @@ TEST(DecodeAttention, EmptySplitsContributeNothing) {
   FLINT_REQUIRE_GPU();
   run_case({"len=100 splits=64", 32, 4, 128, 513, 16, {{100, 1}}, 64});
   run_case({"len=1 splits=5", 32, 4, 128, 513, 16, {{1, 1}, {3, 1}}, 5});
+}
+
+// 2 .. kAttentionClusterMaxSplits splits merge through the distributed shared memory of their
+// cluster, more through the global workspace: both sides of the boundary, in full and sliding
+// layers, with slices of the outputs that do not divide evenly or leave blocks without any.
+TEST(DecodeAttention, ClusterAndGlobalMergesAtTheBoundary) {
+  FLINT_REQUIRE_GPU();
+  static_assert(kAttentionClusterMaxSplits == 8, "the cases below straddle 8 splits");
+  for (int splits : {2, 3, 8, 9, 12}) {
+    const std::string sp = fmt::format(" splits={}", splits);
+    run_case({"flint" + sp, 32, 4, 128, 513, 16, {{1000, 1}, {3001, 1}}, splits});
+    run_case({"gqa2 hd16 w300 p4" + sp, 4, 2, 16, 300, 4, {{700, 1}, {5, 1}, {299, 3}}, splits});
+    run_case({"mha hd16" + sp, 2, 2, 16, 513, 16, {{900, 1}}, splits});
+    run_case({"gqa4 hd64" + sp, 8, 2, 64, 513, 16, {{2000, 1}, {1, 1}}, splits});
+  }
 }
 
 TEST(DecodeAttention, ChunksReadTheirOwnKeysFromTheStep) {
@@ -298,6 +317,17 @@ TEST(DecodeAttention, FusedMatchesSeparateKernels) {
   run_fused_case({"gqa2 hd16 w5 p4", 4, 2, 16, 5, 4, {7, 1, 12, 30}});
   run_fused_case({"gqa4 hd32 w3 p4 splits=3", 4, 1, 32, 3, 4, {13, 2, 40}, 3});
   run_fused_case({"mha hd64 w1", 8, 8, 64, 1, 16, {33, 5}});
+}
+
+// Both merges of the fused variant, in full and sliding layers: 2 .. 8 splits in a cluster, more
+// through the global workspace.
+TEST(DecodeAttention, FusedMatchesSeparateKernelsOnBothSidesOfTheClusterLimit) {
+  FLINT_REQUIRE_GPU();
+  for (int splits : {2, 8, 9, 16}) {
+    const std::string sp = fmt::format(" splits={}", splits);
+    run_fused_case({"flint" + sp, 32, 4, 128, 513, 16, {3001, 1, 700}, splits});
+    run_fused_case({"mha hd16 w40" + sp, 2, 2, 16, 40, 4, {90, 41}, splits});
+  }
 }
 
 }  // namespace
