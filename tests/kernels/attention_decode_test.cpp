@@ -154,9 +154,8 @@ void run_case(const AttnCase& tc) {
     SCOPED_TRACE(fmt::format("splits={}", a.num_splits));
     DeviceArray<float> ws(int64_t(T) * H * a.num_splits * (D + 2));
     DeviceArray<int32_t> counters(std::vector<int32_t>(T * Hkv, 0));
-    // Up to kAttentionClusterMaxSplits splits merge within their cluster: no workspace, no
-    // counters.
-    const bool global_merge = a.num_splits > kAttentionClusterMaxSplits;
+    // Splits merged within their cluster need no workspace and no counters.
+    const bool global_merge = !decode_attention_uses_cluster(T, Hkv, a.num_splits, num_sms());
     for (int rep = 0; rep < 2; ++rep) {  // the second launch relies on the counters' reset
       FLINT_CUDA_CHECK(cudaMemset(d_out.get(), 0, sizeof(float) * T * H * D));
       decode_attention(d_out.get(), d_q.get(), d_kc.get(), d_vc.get(), d_k.get(), d_v.get(),
@@ -208,6 +207,10 @@ TEST(DecodeAttention, ClusterAndGlobalMergesAtTheBoundary) {
   FLINT_REQUIRE_GPU();
   static_assert(kAttentionClusterMaxSplits == 8, "the cases below straddle 8 splits");
   for (int splits : {2, 3, 8, 9, 12}) {
+    // Every case below has at most 2 kv heads x 3 rows or 4 kv heads x 2 rows: small enough
+    // grids that the split count alone picks the path.
+    ASSERT_EQ(decode_attention_uses_cluster(2, 4, splits, num_sms()), splits <= 8);
+    ASSERT_EQ(decode_attention_uses_cluster(3, 2, splits, num_sms()), splits <= 8);
     const std::string sp = fmt::format(" splits={}", splits);
     run_case({"flint" + sp, 32, 4, 128, 513, 16, {{1000, 1}, {3001, 1}}, splits});
     run_case({"gqa2 hd16 w300 p4" + sp, 4, 2, 16, 300, 4, {{700, 1}, {5, 1}, {299, 3}}, splits});

@@ -505,7 +505,10 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
       }
       mark("moe_router");
       if (run(kOpGateUp)) {
-        gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm);
+        // The shared slices' weights need no ids: they are requested before the PDL wait.
+        const ExpertHints hints{routing.top_k, routing.num_experts};
+        gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm,
+                           hints);
       }
       mark("moe_gate_up");
       if (run(kOpDown)) moe_down(ws_h_, d, ws_act_, ids, ws_rw_, T, slots_, L.exp_down, s);

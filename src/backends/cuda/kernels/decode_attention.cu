@@ -21,7 +21,8 @@ using namespace attn;
 template <int D, bool kFused, SplitMerge kMerge>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKernelArgs args) {
   extern __shared__ __align__(128) unsigned char smem[];
-  attention_block<D, kFused, kMerge>(args, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z, smem);
+  attention_block<D, kFused, kMerge, true>(args, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z,
+                                           smem);
 }
 
 template <int D, bool kFused, SplitMerge kMerge>
@@ -32,7 +33,7 @@ void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FLINT_CUDA_CHECK(configured);
-  cudaLaunchAttribute attrs[1] = {};
+  cudaLaunchAttribute attrs[2] = {};
   unsigned num_attrs = 0;
   if constexpr (kMerge == SplitMerge::kCluster) {
     // One cluster per (kv head, row): its blocks are the splits (grid.y == num_splits <= 8).
@@ -40,6 +41,11 @@ void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
     attrs[num_attrs].val.clusterDim.x = 1;
     attrs[num_attrs].val.clusterDim.y = grid.y;
     attrs[num_attrs].val.clusterDim.z = 1;
+    ++num_attrs;
+  }
+  if (s != nullptr) {  // PDL (a real stream only): see attention_block
+    attrs[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[num_attrs].val.programmaticStreamSerializationAllowed = 1;
     ++num_attrs;
   }
   cudaLaunchConfig_t config = {};
@@ -82,11 +88,17 @@ void launch_any(const AttnKernelArgs& k, int num_rows, cudaStream_t s) {
   FLINT_CHECK(a.num_splits >= 1 && a.num_splits <= kAttentionMaxSplits,
               "decode_attention: {} splits (1..{})", a.num_splits, kAttentionMaxSplits);
   FLINT_CHECK(!a.sliding || k.kv.window > 0, "decode_attention: sliding layer without a window");
-  const bool cluster = a.num_splits > 1 && a.num_splits <= kAttentionClusterMaxSplits;
-  FLINT_CHECK(
-      a.num_splits <= kAttentionClusterMaxSplits || (k.part != nullptr && k.counters != nullptr),
-      "decode_attention: {} splits (more than {}) need a workspace and counters", a.num_splits,
-      kAttentionClusterMaxSplits);
+  static const int num_sms = [] {
+    int dev = 0, n = 0;
+    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  const bool cluster =
+      decode_attention_uses_cluster(num_rows, a.num_kv_heads, a.num_splits, num_sms);
+  FLINT_CHECK(a.num_splits == 1 || cluster || (k.part != nullptr && k.counters != nullptr),
+              "decode_attention: {} splits over {} rows need a workspace and counters",
+              a.num_splits, num_rows);
   if (num_rows == 0) return;
   const dim3 grid(a.num_kv_heads, a.num_splits, num_rows);
   if (cluster) {
@@ -98,6 +110,11 @@ void launch_any(const AttnKernelArgs& k, int num_rows, cudaStream_t s) {
 }
 
 }  // namespace
+
+bool decode_attention_uses_cluster(int num_rows, int num_kv_heads, int num_splits, int num_sms) {
+  return num_splits > 1 && num_splits <= kAttentionClusterMaxSplits &&
+         int64_t(num_rows) * num_kv_heads * num_splits <= num_sms / 2;
+}
 
 int decode_attention_splits(int num_rows, int num_kv_heads, int64_t max_keys, int num_sms) {
   const int64_t blocks = std::max<int64_t>(1, int64_t(num_rows) * num_kv_heads);

@@ -124,7 +124,9 @@ __device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int6
 // kv head's new K (normed, roped) and V into sm_kv (bf16); split 0 also stores them in the cache.
 // One warp per head, staged in sm_x so the NeoX pairs (j, j + D/2) rotate in place; the angles
 // (dev::rope_cos_sin) are the same for every head of the row, so each lane computes its own once.
-template <int D>
+// kPdl: the kernel was launched with PDL; the angles (from the step's positions, uploaded before
+// the step) are computed before the wait, the projections read after it.
+template <int D, bool kPdl>
 __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bool store,
                                 float (*sm_q)[D], __nv_bfloat16 (*sm_kv)[D], float (*sm_x)[D]) {
   const DecodeQkv& pq = args.pro;
@@ -140,6 +142,7 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
       rot[i] = j < D / 2 ? dev::rope_cos_sin(pos, j, D, pq.rope_theta) : make_float2(1.0f, 0.0f);
     }
   }
+  if constexpr (kPdl) dev::pdl_wait();             // qkv comes from the previous kernel
   for (int it = warp; it < G + 2; it += kWarps) {  // G query heads, then K, then V
     const int head = it < G ? kvh * G + it : (it == G ? H + kvh : H + Hkv + kvh);
     const float* src = pq.qkv + (int64_t(row) * (H + 2 * Hkv) + head) * D;
@@ -291,8 +294,11 @@ __device__ __forceinline__ void cluster_merge(const AttnKernelArgs& args, int kv
 // The work of one (kv head, split, row) block; every thread of the block calls it. smem: at least
 // smem_bytes<D>() bytes, 128-byte aligned. num_rows: the rows of the launch (partials layout).
 // Activations (the fused variant's qkv) are read through L2, so a persistent kernel may call it
-// after other blocks wrote them in the same launch.
-template <int D, bool kFused, SplitMerge kMerge>
+// after other blocks wrote them in the same launch. kPdl (the kernel was launched with PDL): the
+// fused variant requests its first K/V tiles of the cache, written by earlier steps, and computes
+// the RoPE angles before the PDL wait, so they overlap the qkv projection's tail; the unfused
+// variant, which may read this step's k_step/v_step, waits first.
+template <int D, bool kFused, SplitMerge kMerge, bool kPdl = false>
 __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int kvh, int split,
                                                 int row, int num_rows, unsigned char* smem) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per key row
@@ -304,6 +310,10 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   __shared__ float sm_x[kFused ? kWarps : 1][D];
   __shared__ __align__(16) __nv_bfloat16 sm_kv[2][D];
 
+  if constexpr (kPdl) {
+    dev::pdl_launch_dependents();
+    if constexpr (!kFused) dev::pdl_wait();
+  }
   const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
   const int G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -369,7 +379,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) issue(j);
   if constexpr (kFused) {
-    decode_prologue<D>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
+    decode_prologue<D, kPdl>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
     __syncthreads();
   }
   // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.

@@ -24,9 +24,16 @@ struct DecodeAttentionArgs {
 };
 
 inline constexpr int kAttentionMaxSplits = 64;
-// Split counts 2 .. this one launch as clusters (8: the portable cluster size) and need neither
-// workspace nor counters.
+// Split counts 2 .. this one may launch as clusters (8: the portable cluster size).
 inline constexpr int kAttentionClusterMaxSplits = 8;
+
+// Whether a launch merges its splits in clusters (then it needs neither workspace nor counters):
+// 2 .. kAttentionClusterMaxSplits splits, and a grid of at most half the SMs, so that every
+// cluster (one block per SM, all in one GPC) finds its SMs free in the first wave. Measured on the
+// H200 (decode_step_bench, NVFP4, 1K context): at batch 1 (32 blocks) clusters made the step
+// 1% faster; at batch 8 (128 blocks of clusters of 4) 3% slower, because clusters that do not
+// fit the GPCs' free SMs wait for a second wave.
+bool decode_attention_uses_cluster(int num_rows, int num_kv_heads, int num_splits, int num_sms);
 
 // Splits for `num_rows` query rows that each see at most `max_keys` keys (pass a bucketed value:
 // the result is baked into captured graphs). One block of (row, kv head, split) per SM at most,
@@ -52,7 +59,7 @@ inline int64_t decode_attention_counters(int num_rows, int num_kv_heads) {
 // k_step, v_step: [num_rows, Hkv, D] bf16, this step's rows (see TokenKv); keys before the
 // sequence's new tokens come from k_cache/v_cache. workspace: decode_attention_workspace()
 // floats; counters: decode_attention_counters() int32, zero (both may be null when
-// a.num_splits <= kAttentionClusterMaxSplits).
+// a.num_splits == 1 or decode_attention_uses_cluster()).
 void decode_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
                       const __nv_bfloat16* v_cache, const __nv_bfloat16* k_step,
                       const __nv_bfloat16* v_step, const float* sinks, const TokenKv& kv,

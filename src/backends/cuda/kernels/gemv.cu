@@ -1,6 +1,8 @@
 // Small-batch GEMV: one output row per warp, 16-byte weight loads (fetched before the PDL wait),
 // up to 8 activation rows per pass, an optional fused RMSNorm of the input; NVFP4 is decoded in
 // registers. Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp   Bench: flint bench.
+#include <algorithm>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_core.cuh"
@@ -16,7 +18,7 @@ constexpr int64_t kMaxSmemBytes = 200 * 1024;
 template <DType W, int NB, bool kGated, int R>
 __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? 4 : 1) gemv_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
-  dev::pdl_launch_dependents();
+  dev::pdl_launch_dependents();  // expert mode: after the wait
   dev::gemv_block<W, NB, kGated, R>(args, reinterpret_cast<float*>(smem4));
 }
 
@@ -130,15 +132,24 @@ void gemv_gated(float* y, int64_t y_stride, const float* x, int64_t x_stride, in
 
 void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pairs,
                         int pairs_per_token, const int32_t* expert_ids, const LinearRef& gate,
-                        const LinearRef& up, cudaStream_t s, const GemvNorm& norm) {
+                        const LinearRef& up, cudaStream_t s, const GemvNorm& norm,
+                        const ExpertHints& hints) {
   check_weight(gate);
   check_weight(up);
   check_x(x, x_stride);
   FLINT_CHECK(gate.dtype == up.dtype && gate.out == up.out && gate.in == up.in &&
                   gate.num_experts == up.num_experts && pairs_per_token > 0,
               "gemv_gated_experts: gate/up mismatch");
+  FLINT_CHECK(hints.fixed_from >= 0 &&
+                  (hints.fixed_from >= pairs_per_token ||
+                   (hints.fixed_id0 >= 0 &&
+                    hints.fixed_id0 + pairs_per_token - hints.fixed_from <= gate.num_experts)),
+              "gemv_gated_experts: fixed slots {}.. with ids {}.. outside the {} experts",
+              hints.fixed_from, hints.fixed_id0, gate.num_experts);
   GemvArgs a{gate, up,       x,         x_stride,        nullptr,    norm.weight, norm.eps,
              act,  gate.out, num_pairs, pairs_per_token, expert_ids, false};
+  a.fixed_from = std::min(hints.fixed_from, 1 << 30);
+  a.fixed_id0 = hints.fixed_id0;
   launch<true>(a, 1, num_pairs, s);
 }
 

@@ -29,13 +29,23 @@ void gemv_gated(float* y, int64_t y_stride, const float* x, int64_t x_stride, in
                 const LinearRef& gate, const LinearRef& up, cudaStream_t s,
                 const GemvNorm& norm = {});
 
+// What gemv_gated_experts may know ahead of the ids (all optional; they change no result).
+struct ExpertHints {
+  // Slots p % pairs_per_token >= fixed_from always hold expert fixed_id0 + (slot - fixed_from)
+  // (the shared expert's slices, which the router appends): their weights are requested before
+  // the PDL wait. The ids array must still hold those ids.
+  int fixed_from = 1 << 30;
+  int fixed_id0 = 0;
+};
+
 // Routed experts, gated half: for pair p < num_pairs, with e = expert_ids[p] and token
 // t = p / pairs_per_token: act[p, :] = silu(Wg_e x'[t]) * (Wu_e x'[t]).
 // expert_ids: [num_pairs] int32 (device); x: [num_pairs / pairs_per_token, in] f32;
 // act: [num_pairs, out] f32.
 void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pairs,
                         int pairs_per_token, const int32_t* expert_ids, const LinearRef& gate,
-                        const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {});
+                        const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {},
+                        const ExpertHints& hints = {});
 
 // Rows per pass of the small-batch kernels.
 inline constexpr int kGemvMaxRows = 8;

@@ -24,6 +24,11 @@ struct GemvArgs {
   int pairs_per_token;        // expert mode: x row of group g is g / pairs_per_token
   const int32_t* expert_ids;  // expert mode when non-null; then group == pair, one row per block
   bool accumulate;
+  // Expert mode only. Slots (pair % pairs_per_token) >= fixed_from always hold expert
+  // fixed_id0 + slot - fixed_from (the shared expert's slices): their weights are requested
+  // before the PDL wait, like a dense GEMV's.
+  int fixed_from = 1 << 30;
+  int fixed_id0 = 0;
 };
 
 // Weight chunks a lane loads per pass, per row and matrix: two NVFP4 chunks (a 2048-wide row in
@@ -125,9 +130,12 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   };
   NormPrefetch pf;
   prefetch_norm(pf, args.norm, K);
-  if (!expert) {
+  const int slot = expert ? g % args.pairs_per_token : 0;
+  const bool fixed = expert && slot >= args.fixed_from;
+  int64_t e = fixed ? args.fixed_id0 + (slot - args.fixed_from) : 0;
+  if (!expert || fixed) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) row[r] = r0 + r;
+    for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
     load(0);  // weights do not depend on earlier kernels: fetch them before the wait
   }
   pdl_wait();
@@ -135,10 +143,12 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   int nb;
   int64_t y_row0;
   if (expert) {
-    const int64_t e = args.expert_ids[g];
+    if (!fixed) {
+      e = args.expert_ids[g];
 #pragma unroll
-    for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
-    load(0);
+      for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
+      load(0);
+    }
     xrow[0] = g / args.pairs_per_token;
     nb = 1;
     y_row0 = g;
