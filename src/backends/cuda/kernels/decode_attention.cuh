@@ -310,10 +310,10 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   __shared__ float sm_x[kFused ? kWarps : 1][D];
   __shared__ __align__(16) __nv_bfloat16 sm_kv[2][D];
 
-  if constexpr (kPdl) {
-    dev::pdl_launch_dependents();
-    if constexpr (!kFused) dev::pdl_wait();
-  }
+  // No griddepcontrol.launch_dependents: the next kernel (the o projection) launches when this
+  // grid exits. Letting it launch at the start made the step slower (NVFP4 batch 1: 2.41 against
+  // 2.30 ms; measured with FLINT_EXP toggles in one build, decode_step_bench, H200).
+  if constexpr (kPdl && !kFused) dev::pdl_wait();
   const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
   const int G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
