@@ -8,7 +8,8 @@
 #        scripts/gpu.sh ab BASE [decode_step_bench args...]: A/B of decode steps in one call. BASE
 #        is another source tree sent with the call (`git worktree add --detach .dev/base main`, carried);
 #        both are built, then the bench runs base, this tree, base, this tree... (FLINT_AB_ROUNDS
-#        rounds, default 3) and prints each configuration's median graph ms side by side.
+#        rounds, default 3) and prints each configuration's median graph ms side by side. Prefill
+#        timing is skipped (--prefill 0) unless the arguments name --prefill.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -35,6 +36,9 @@ if [[ "$what" == ab ]]; then
   base="${1:?usage: scripts/gpu.sh ab BASE [decode_step_bench args...]}"
   shift
   [[ -f "$base/CMakeLists.txt" ]] || { echo "gpu.sh ab: $base is not a source tree"; exit 1; }
+  # decode_step_bench also times 1K-100K prefills by default (8.5 s per 100K run): an A/B of
+  # decode steps skips them unless the arguments name --prefill.
+  [[ " $* " == *" --prefill "* ]] || set -- "$@" --prefill 0
   rounds="${FLINT_AB_ROUNDS:-3}"
   [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu.sh ab: FLINT_AB_ROUNDS must be >= 1, got '$rounds'"; exit 1; }
   declare -A tree=([base]="$base" [new]=.)
