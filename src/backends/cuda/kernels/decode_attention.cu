@@ -2,11 +2,12 @@
 // streams its own 16-key tiles of K and V into shared memory with cp.async (kStages deep) and runs
 // S = Q K^T and O += P V as mma.m16n8k16 with the G <= 8 query heads of the kv head as rows 0..7
 // and their bf16 low parts as rows 8..15, so q and p keep ~16 mantissa bits (fp32-like results)
-// at no extra mma. The block merges its warps; with 2 .. 8 splits the (row, kv head)'s blocks form
-// a cluster and merge through distributed shared memory, each a slice of the outputs; with more
-// the last block to finish (atomic counter) merges them from global memory; either adds the sink.
-// On decode steps the
+// at no extra mma. The block merges its warps; in a small grid of 2 .. 8 splits
+// (decode_attention_uses_cluster) the (row, kv head)'s blocks form a cluster and merge through
+// distributed shared memory, each a slice of the outputs; otherwise the last block to finish
+// (atomic counter) merges them from global memory; either adds the sink. On decode steps the
 // kernel also does the q/k RMSNorm, RoPE and the cache write of the new K/V (fused variant).
+// Launched with PDL on a real stream (see attention_block for what runs before the wait).
 // Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #include <algorithm>
 

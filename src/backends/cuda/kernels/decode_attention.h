@@ -1,8 +1,8 @@
 // Decode attention over the KV cache (paged for full layers, ring for sliding layers) on tensor
 // cores, split across blocks along the keys (flash-decoding); the splits of a (row, kv head) are
-// merged, with the per-head sink, in the same launch: up to kAttentionClusterMaxSplits by their
-// thread-block cluster through distributed shared memory, more by the last block to finish through
-// a global workspace.
+// merged, with the per-head sink, in the same launch: by their thread-block cluster through
+// distributed shared memory when decode_attention_uses_cluster() says so, otherwise by the last
+// block to finish through a global workspace.
 // Reference: backends/cpu/ops/attention.cpp   Test: tests/kernels/attention_decode_test.cpp
 #pragma once
 
