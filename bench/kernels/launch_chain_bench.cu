@@ -7,6 +7,9 @@
 //              block reads a 2048-float activation row written by the previous kernel (L2),
 //              reduces it and writes its slice of the next row: the latency chain of our GEMVs
 //              without their bytes.
+//   flag       the chain's work, but each kernel waits for a flag that the previous kernel's last
+//              block raises (release/acquire) instead of griddepcontrol.wait: what a hand-off
+//              inside the step costs without waiting for a whole grid to finish and flush.
 // Usage: launch_chain_bench [--kernels 294] [--reps 30] [--grids 1,132,528]
 // Output: a markdown table of microseconds per kernel (median of the graph replays, events).
 #include <cuda_runtime.h>
@@ -59,6 +62,50 @@ __global__ void chain_kernel(const float* x_in, float* x_out, const uint4* w) {
   }
 }
 
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// flags[i] != 0: kernel i's input row is complete (flags[0] is set by the graph's first nodes);
+// done[i]: blocks of kernel i that have written their slice. Both are reset before each replay.
+__global__ void flag_kernel(const float* x_in, float* x_out, const uint4* w, unsigned* flags,
+                            unsigned* done, int i) {
+  flint::cuda::dev::pdl_launch_dependents();
+  const uint4 wv = __ldg(w + blockIdx.x * blockDim.x + threadIdx.x);
+  if (threadIdx.x == 0) {
+    while (ld_acquire(flags + i) == 0) __nanosleep(20);
+  }
+  __syncthreads();
+  __shared__ float red[kThreads / 32];
+  float s = 0.0f;
+  for (int k = threadIdx.x; k < kRow; k += blockDim.x) s += __ldcg(x_in + k);
+  s = flint::cuda::dev::warp_sum(s);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float tot = 0.0f;
+  for (int j = 0; j < kThreads / 32; ++j) tot += red[j];
+  const float v = tot * 1e-9f + (wv.x == 0x9e3779b9u ? 1.0f : 0.0f);
+  const int per_block = (kRow + gridDim.x - 1) / gridDim.x;
+  for (int j = threadIdx.x; j < per_block; j += blockDim.x) {
+    const int k = blockIdx.x * per_block + j;
+    if (k < kRow) x_out[k] = v + 1.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(done + i, 1u) == gridDim.x - 1) {
+      __threadfence();
+      st_release(flags + i + 1, 1u);
+    }
+  }
+}
+
 std::vector<int> ints(const char* s) {
   std::vector<int> out;
   std::stringstream ss(s);
@@ -105,6 +152,14 @@ int main(int argc, char** argv) {
   FLINT_CUDA_CHECK(cudaMemset(counter, 0, sizeof(int) * (n + 1)));
   FLINT_CUDA_CHECK(cudaMemset(rows, 0, sizeof(float) * kRow * (n + 1)));
   FLINT_CUDA_CHECK(cudaMemset(w, 0, sizeof(uint4) * w_per_kernel * n));
+  unsigned *flags, *done;
+  FLINT_CUDA_CHECK(cudaMalloc(&flags, sizeof(unsigned) * (n + 1)));
+  FLINT_CUDA_CHECK(cudaMalloc(&done, sizeof(unsigned) * n));
+  int sms = 0, dev = 0, flag_per_sm = 0;
+  FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+  FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  FLINT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&flag_per_sm, flag_kernel, kThreads, 0));
   cudaEvent_t e0, e1;
   FLINT_CUDA_CHECK(cudaEventCreate(&e0));
   FLINT_CUDA_CHECK(cudaEventCreate(&e1));
@@ -135,7 +190,8 @@ int main(int argc, char** argv) {
 
   std::printf("%d dependent kernels per graph, median of %d replays, us per kernel\n\n", n, reps);
   std::printf(
-      "| grid (blocks of %d) | plain | pdl | pdl+early | chain |\n|---:|---:|---:|---:|---:|\n",
+      "| grid (blocks of %d) | plain | pdl | pdl+early | chain | flag |\n"
+      "|---:|---:|---:|---:|---:|---:|\n",
       kThreads);
   for (int grid : grids) {
     const double plain = time_graph([&] {
@@ -158,8 +214,27 @@ int main(int argc, char** argv) {
                    static_cast<const uint4*>(w + size_t(i) * w_per_kernel));
       }
     });
+    // Spinning is safe only if a kernel's blocks and the next one's fit on the GPU together.
+    std::string flag = "n/a (grid too large)";
+    if (2 * grid <= flag_per_sm * sms) {
+      const double us = time_graph([&] {
+        FLINT_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned) * (n + 1), s));
+        FLINT_CUDA_CHECK(cudaMemsetAsync(flags, 1, sizeof(unsigned), s));  // 0x01010101: raised
+        FLINT_CUDA_CHECK(cudaMemsetAsync(done, 0, sizeof(unsigned) * n, s));
+        for (int i = 0; i < n; ++i) {
+          launch_pdl(flag_kernel, dim3(grid), dim3(kThreads), 0, s,
+                     static_cast<const float*>(rows + size_t(i) * kRow),
+                     rows + size_t(i + 1) * kRow,
+                     static_cast<const uint4*>(w + size_t(i) * w_per_kernel), flags, done, i);
+        }
+      });
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2f", us);
+      flag = buf;
+    }
     FLINT_CUDA_CHECK(cudaGetLastError());
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f |\n", grid, plain, pdl, early, chain);
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %s |\n", grid, plain, pdl, early, chain,
+                flag.c_str());
   }
   int last = 0;
   FLINT_CUDA_CHECK(cudaMemcpy(&last, counter + n, sizeof(int), cudaMemcpyDeviceToHost));
