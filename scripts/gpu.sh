@@ -78,7 +78,7 @@ if [[ "$what" == ab ]]; then
   exit 0
 fi
 configure . "$build" "$out/configure.log"
-targets=(gpu_tests decode_step_bench)
+targets=(gpu_tests decode_step_bench launch_chain_bench)
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" > "$out/build.log" 2>&1 || {
   grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 # The flint binary needs every host layer; build it but do not let it block the GPU work.
