@@ -34,29 +34,9 @@ void launch(const AttnKernelArgs& k, dim3 grid, cudaStream_t s) {
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   FLINT_CUDA_CHECK(configured);
-  cudaLaunchAttribute attrs[2] = {};
-  unsigned num_attrs = 0;
-  if constexpr (kMerge == SplitMerge::kCluster) {
-    // One cluster per (kv head, row): its blocks are the splits (grid.y == num_splits <= 8).
-    attrs[num_attrs].id = cudaLaunchAttributeClusterDimension;
-    attrs[num_attrs].val.clusterDim.x = 1;
-    attrs[num_attrs].val.clusterDim.y = grid.y;
-    attrs[num_attrs].val.clusterDim.z = 1;
-    ++num_attrs;
-  }
-  if (s != nullptr) {  // PDL (a real stream only): see attention_block
-    attrs[num_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[num_attrs].val.programmaticStreamSerializationAllowed = 1;
-    ++num_attrs;
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = s;
-  config.attrs = attrs;
-  config.numAttrs = num_attrs;
-  FLINT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, k));
+  // kCluster: one cluster per (kv head, row), its blocks the splits (grid.y == num_splits <= 8).
+  const dim3 cluster(1, kMerge == SplitMerge::kCluster ? grid.y : 1, 1);
+  launch_pdl_clusters(kernel, grid, dim3(kThreads), size_t(kSmem), s, cluster, k);
 }
 
 template <bool kFused, SplitMerge kMerge>
