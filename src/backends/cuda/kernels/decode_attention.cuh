@@ -312,7 +312,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
 
   // No griddepcontrol.launch_dependents: the next kernel (the o projection) launches when this
   // grid exits. Letting it launch at the start made the step slower (NVFP4 batch 1: 2.41 against
-  // 2.30 ms; measured with FLINT_EXP toggles in one build, decode_step_bench, H200).
+  // 2.30 ms; decode_step_bench on the H200, docs/PERFORMANCE.md, fifth session).
   if constexpr (kPdl && !kFused) dev::pdl_wait();
   const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
   const int G = H / Hkv;

@@ -1,8 +1,6 @@
 // Small-batch GEMV: one output row per warp, 16-byte weight loads (fetched before the PDL wait),
 // up to 8 activation rows per pass, an optional fused RMSNorm of the input; NVFP4 is decoded in
 // registers. Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp   Bench: flint bench.
-#include <algorithm>
-
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_core.cuh"
@@ -18,7 +16,7 @@ constexpr int64_t kMaxSmemBytes = 200 * 1024;
 template <DType W, int NB, bool kGated, int R>
 __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? 4 : 1) gemv_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
-  dev::pdl_launch_dependents();  // expert mode: after the wait
+  dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, kGated, R>(args, reinterpret_cast<float*>(smem4));
 }
 
@@ -148,7 +146,7 @@ void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pa
               hints.fixed_from, hints.fixed_id0, gate.num_experts);
   GemvArgs a{gate, up,       x,         x_stride,        nullptr,    norm.weight, norm.eps,
              act,  gate.out, num_pairs, pairs_per_token, expert_ids, false};
-  a.fixed_from = std::min(hints.fixed_from, 1 << 30);
+  a.fixed_from = hints.fixed_from;
   a.fixed_id0 = hints.fixed_id0;
   launch<true>(a, 1, num_pairs, s);
 }
