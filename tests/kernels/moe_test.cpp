@@ -144,6 +144,12 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
                 MoeRouteScratch{logits.get(), counter.get()}, nullptr);
       gemv_gated_experts(act.get(), dh.get(), d, T * slots, slots, ids.get(), L.exp_gate, L.exp_up,
                          nullptr, norm);
+      // The shared slices' fixed ids (the forward pass's hint) load the same weights earlier: the
+      // products must be bit-identical.
+      DeviceArray<float> act_hinted(T * slots * I);
+      gemv_gated_experts(act_hinted.get(), dh.get(), d, T * slots, slots, ids.get(), L.exp_gate,
+                         L.exp_up, nullptr, norm, ExpertHints{r.top_k, r.num_experts});
+      EXPECT_EQ(act_hinted.to_host(), act.to_host());
       moe_down(dh.get(), d, act.get(), ids.get(), rw.get(), T, slots, L.exp_down, nullptr);
       EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 1e-4, 1e-4), 1.0);
     }
