@@ -113,8 +113,12 @@ int main(int argc, char** argv) {
   using flint::cuda::launch_pdl;
   int n = 294, reps = 30;
   std::vector<int> grids = {1, 132, 528};
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "launch_chain_bench: %s needs a value\n", k.c_str());
+      return 2;
+    }
     if (k == "--kernels") {
       n = std::atoi(argv[i + 1]);
     } else if (k == "--reps") {
