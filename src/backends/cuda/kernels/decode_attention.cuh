@@ -343,29 +343,45 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
                        uint32_t(warp * kStages * stage_bytes<D>());
 
   // Tile j of this warp: keys begin + (warp + j * kWarps) * 16 ...; missing keys are zero-filled.
-  // Lane l loads key l % 16 (one cache-row lookup per tile), chunks l / 16, l / 16 + 2, ...
-  auto issue = [&](int j) {
+  // lookup(j): lane l finds the cache row of the tile's key l % 16 (one block-table read per
+  // lane). issue(j, rows): each cp.async instruction copies whole key rows, lanes 0 .. kChunks-1
+  // one row's 16-byte chunks in order, the row offsets shuffled from the lanes that looked them
+  // up, so every request covers full 128-byte lines. A lane per key with two chunks per
+  // instruction (each request 32 bytes of 16 lines) streamed 2.97 GB of cache at 100K in 1.19 ms
+  // per step; whole rows, with each lookup made one tile ahead, in 0.92 ms (docs/PERFORMANCE.md).
+  struct TileRows {
+    int64_t off = 0;  // element offset of this lane's key row in the K (and V) tensor
+    int flags = 0;    // bit 0: the key exists (else zero-filled); bit 1: it is in k_step/v_step
+  };
+  auto lookup = [&](int j) {
+    TileRows t;
     if (j < my_tiles) {
-      const uint32_t st = wsm + uint32_t((j % kStages) * stage_bytes<D>());
-      const int r = lane & (kTileKeys - 1);
-      const int64_t p = begin + int64_t(warp + j * kWarps) * kTileKeys + r;
+      const int64_t p = begin + int64_t(warp + j * kWarps) * kTileKeys + (lane & (kTileKeys - 1));
       // Fused: the new key is not in the cache for every block yet; it is patched in from sm_kv.
-      const bool valid = p < end && !(kFused && p == pos);
-      const __nv_bfloat16* ksrc = args.k_cache;
-      const __nv_bfloat16* vsrc = args.v_cache;
-      if (valid) {
+      if (p < end && !(kFused && p == pos)) {
         const bool in_step = p >= first_new;
         const int64_t kr = in_step ? q_start + (p - first_new)
                                    : key_row(kv, sliding, ring, seq, static_cast<int>(p));
-        const int64_t off = (kr * Hkv + kvh) * D;
-        ksrc = (in_step ? args.k_step : args.k_cache) + off;
-        vsrc = (in_step ? args.v_step : args.v_cache) + off;
+        t.off = (kr * Hkv + kvh) * D;
+        t.flags = in_step ? 3 : 1;
       }
+    }
+    return t;
+  };
+  auto issue = [&](int j, const TileRows& t) {
+    if (j < my_tiles) {
+      const uint32_t st = wsm + uint32_t((j % kStages) * stage_bytes<D>());
+      constexpr int kRowsPerOp = 32 / kChunks;
 #pragma unroll
-      for (int i = 0; i < kChunks / 2; ++i) {
-        const int ch = (lane >> 4) + 2 * i;
-        cp_async16(st + swz<D>(r, ch), ksrc + ch * 8, valid);
-        cp_async16(st + uint32_t(kTileKeys * D * 2) + swz<D>(r, ch), vsrc + ch * 8, valid);
+      for (int i = 0; i < kTileKeys / kRowsPerOp; ++i) {
+        const int r = i * kRowsPerOp + lane / kChunks, ch = lane % kChunks;
+        const int64_t off = __shfl_sync(0xffffffffu, t.off, r);
+        const int flags = __shfl_sync(0xffffffffu, t.flags, r);
+        const bool step = (flags & 2) != 0;
+        cp_async16(st + swz<D>(r, ch), (step ? args.k_step : args.k_cache) + off + ch * 8,
+                   flags & 1);
+        cp_async16(st + uint32_t(kTileKeys * D * 2) + swz<D>(r, ch),
+                   (step ? args.v_step : args.v_cache) + off + ch * 8, flags & 1);
       }
     }
     cp_async_commit();  // empty groups keep the wait count uniform
@@ -377,7 +393,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   for (int nb = 0; nb < D / 8; ++nb) oacc[nb][0] = oacc[nb][1] = oacc[nb][2] = oacc[nb][3] = 0.0f;
 
 #pragma unroll
-  for (int j = 0; j < kStages - 1; ++j) issue(j);
+  for (int j = 0; j < kStages - 1; ++j) issue(j, lookup(j));
   if constexpr (kFused) {
     decode_prologue<D, kPdl>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
     __syncthreads();
@@ -403,8 +419,10 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
     }
   }
 
+  TileRows ahead = lookup(kStages - 1);
   for (int j = 0; j < my_tiles; ++j) {
-    issue(j + kStages - 1);
+    issue(j + kStages - 1, ahead);
+    ahead = lookup(j + kStages);  // its block-table read overlaps this tile's math
     cp_async_wait<kStages - 1>();
     __syncwarp();
     const uint32_t kt = wsm + uint32_t((j % kStages) * stage_bytes<D>());
