@@ -1,6 +1,7 @@
 // The prefill path (steps over CudaForward::kPrefillMinTokens tokens) against the CPU backend:
 // BF16 and NVFP4 tiny models, several sequences with chunks longer than the window mixed with
-// decode tokens and chunks that continue a cached prefix.
+// decode tokens and chunks that continue a cached prefix, and decode steps of more sequences than
+// that threshold (one new token each: the split-KV decode attention inside the prefill path).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -84,6 +85,59 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
   return st;
 }
 
+// Prompts of 40 sequences (1 .. 58 tokens: inside and across the windows) in one step, then six
+// decode steps of all 40 sequences, each over the prefill threshold; top-8 of 8 experts.
+RowStats run_many_decode(const Case& k, double tol) {
+  TinyOptions o;
+  o.linear_dtype = k.dt;
+  o.sliding_window = k.window;
+  o.num_kv_heads = k.kv_heads;
+  o.head_dim = k.head_dim;
+  o.expert_bias = true;
+  o.num_experts_per_tok = 8;
+  o.seed = 83;
+  const auto m = cpu::testing::make_tiny_model(o);
+  const int64_t V = o.vocab_size;
+  constexpr int kSeqs = 40;
+  static_assert(kSeqs > CudaForward::kPrefillMinTokens);
+  RowStats st;
+  cpu::CpuBackend cpu_be(m.weights, 2);
+  auto gpu_be = CudaBackend::create(m.weights);
+  EXPECT_TRUE(gpu_be.has_value());
+  if (!gpu_be) return st;
+  cpu::SimpleSteps steps(kSeqs, 128, 16);
+  EXPECT_TRUE(cpu_be.init_kv_cache(steps.kv_spec(DType::kBF16)));
+  EXPECT_TRUE((*gpu_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  std::mt19937_64 g(5);
+  for (int step = 0; step < 7; ++step) {
+    for (int s = 0; s < kSeqs; ++s) {
+      const size_t n = step == 0 ? size_t(1 + (s * 7) % 58) : 1;
+      std::vector<int32_t> toks(n);
+      for (auto& t : toks) t = static_cast<int32_t>(g() % V);
+      steps.add(s, toks, false);
+    }
+    const model::StepInput in = steps.take();
+    EXPECT_EQ(in.logits_indices.size(), size_t(kSeqs));
+    std::vector<float> want(in.logits_indices.size() * V), got(want.size());
+    EXPECT_TRUE(cpu_be.forward(in, want));
+    const Status gs = (*gpu_be)->forward(in, got);
+    EXPECT_TRUE(gs) << gs.error().message;
+    if (!gs) return st;
+    if (step == 0) continue;  // the prompts: covered by the cases above
+    double scale = 1;
+    for (float x : want) scale = std::max(scale, double(std::fabs(x)));
+    for (size_t r = 0; r < in.logits_indices.size(); ++r) {
+      double err = 0;
+      for (int64_t j = 0; j < V; ++j)
+        err = std::max(err, std::fabs(double(got[r * V + j]) - want[r * V + j]));
+      st.worst = std::max(st.worst, err / scale);
+      st.rows += 1;
+      st.rows_over += err / scale > tol;
+    }
+  }
+  return st;
+}
+
 const Case kCases[] = {{"bf16_w5_gqa2", DType::kBF16, 5, 2, 16},
                        {"nvfp4_w5_gqa2", DType::kNVFP4, 5, 2, 16},
                        {"bf16_w37_mha_hd64", DType::kBF16, 37, 4, 64},
@@ -117,6 +171,18 @@ TEST(CudaPrefill, LongChunksMatchCpuBackendUpToRoutingFlips) {
                 kTol, st.rows_over, st.rows);
     EXPECT_LE(st.rows_over * 20, st.rows);
     EXPECT_GT(st.rows, 0);
+  }
+}
+
+TEST(CudaPrefill, DecodeStepsOfManySequencesMatchCpuBackend) {
+  FLINT_REQUIRE_GPU();
+  for (const Case& k : kCases) {
+    SCOPED_TRACE(k.name);
+    const RowStats st = run_many_decode(k, kTol);
+    std::printf("  %-20s 40-sequence decode steps: worst %.2e, rows over %.0e: %d of %d\n", k.name,
+                st.worst, kTol, st.rows_over, st.rows);
+    EXPECT_EQ(st.rows_over, 0);
+    EXPECT_EQ(st.rows, 6 * 40);
   }
 }
 

@@ -1,11 +1,13 @@
 // The prefill path of the CUDA forward pass: the same spec section 2 sequence as enqueue(), with
 // bf16 activations into tensor-core GEMMs (cuBLAS for BF16 weights, our W4A16 kernel for NVFP4),
-// the flash-attention kernel, and MoE experts grouped by expert. The residual stream stays f32;
+// the flash-attention kernel (on decode steps of many sequences, the split-KV decode attention),
+// and MoE experts grouped by expert. The residual stream stays f32;
 // F32 weights (tiny test models) fall back to the decode GEMVs.
 #include <algorithm>
 #include <cmath>
 
 #include "backends/cuda/forward.h"
+#include "backends/cuda/kernels/decode_attention.h"
 #include "backends/cuda/kernels/embedding.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/gemv.h"
@@ -168,22 +170,40 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
     mark("rms_norm");
     linear(ws_qkv_, qkv_cols, ws_a_, d, L.qkv, false);
     mark("qkv_proj");
-    const QkNormRopeArgs qa{static_cast<int>(H),
-                            static_cast<int>(Hkv),
-                            static_cast<int>(D),
-                            eps,
-                            static_cast<bool>(c.layer_uses_rope[l]),
-                            c.rope_theta};
-    qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s);
-    mark("qk_norm_rope");
-    const PrefillAttentionArgs pa{static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
-                                  attn_scale, sliding};
-    prefill_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T,
-                      plan.num_seqs, pa, s);
-    mark(sliding ? "attention_sliding" : "attention_full");
-    kv_cache_write(k_cache(l), v_cache(l), k_step, v_step, kv, T, static_cast<int>(Hkv),
-                   static_cast<int>(D), sliding, s);
-    mark("kv_cache_write");
+    const bool rope = c.layer_uses_rope[l];
+    if (plan.decode) {
+      // A decode step of many sequences (one new token each): the split-KV decode attention
+      // with q/k norm, RoPE and the cache write fused, as the layered path runs it. The
+      // flash-attention kernel would give each (sequence, kv head) a block of 128 rows of which
+      // G hold a query, each streaming the whole context.
+      const DecodeQkv dq{ws_qkv_, L.q_norm, L.k_norm, eps, rope, c.rope_theta};
+      const DecodeAttentionArgs aa{static_cast<int>(H),
+                                   static_cast<int>(Hkv),
+                                   static_cast<int>(D),
+                                   attn_scale,
+                                   sliding,
+                                   sliding ? plan.sliding_splits : plan.full_splits};
+      decode_attention_fused(ws_attn_, dq, k_cache(l), v_cache(l), L.sinks, kv, T, aa,
+                             ws_attn_part_, attn_counters_.as<int32_t>(), s);
+      mark(sliding ? "attention_sliding" : "attention_full");
+    } else {
+      const QkNormRopeArgs qa{static_cast<int>(H),
+                              static_cast<int>(Hkv),
+                              static_cast<int>(D),
+                              eps,
+                              rope,
+                              c.rope_theta};
+      qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s);
+      mark("qk_norm_rope");
+      const PrefillAttentionArgs pa{static_cast<int>(H), static_cast<int>(Hkv),
+                                    static_cast<int>(D), attn_scale, sliding};
+      prefill_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T,
+                        plan.num_seqs, pa, s);
+      mark(sliding ? "attention_sliding" : "attention_full");
+      kv_cache_write(k_cache(l), v_cache(l), k_step, v_step, kv, T, static_cast<int>(Hkv),
+                     static_cast<int>(D), sliding, s);
+      mark("kv_cache_write");
+    }
     linear(ws_h_, d, ws_attn_, H * D, L.o, true);
     mark("o_proj");
     rms_norm(ws_a_, d, ws_h_, d, L.ffn_norm, T, d, eps, s);
