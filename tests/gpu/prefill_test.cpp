@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "backends/cpu/forward.h"
 #include "backends/cuda/cuda_backend.h"
@@ -30,8 +31,7 @@ struct RowStats {
   int rows = 0, rows_over = 0;  // logits rows, and rows whose own max |diff| > tol * scale
 };
 
-// Runs six mixed steps (every one over the prefill threshold) on both backends.
-RowStats run_case(const Case& k, int64_t top_k, double tol) {
+TinyOptions case_options(const Case& k, int64_t top_k, uint64_t seed) {
   TinyOptions o;
   o.linear_dtype = k.dt;
   o.sliding_window = k.window;
@@ -39,7 +39,28 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
   o.head_dim = k.head_dim;
   o.expert_bias = true;
   if (top_k > 0) o.num_experts_per_tok = top_k;
-  o.seed = 81;
+  o.seed = seed;
+  return o;
+}
+
+// Adds every logits row of one step to st: its max |diff| over the step's max |logit| (at least 1).
+void add_rows(RowStats& st, const std::vector<float>& want, const std::vector<float>& got,
+              size_t rows, int64_t V, double tol) {
+  double scale = 1;
+  for (float x : want) scale = std::max(scale, double(std::fabs(x)));
+  for (size_t r = 0; r < rows; ++r) {
+    double err = 0;
+    for (int64_t j = 0; j < V; ++j)
+      err = std::max(err, std::fabs(double(got[r * V + j]) - want[r * V + j]));
+    st.worst = std::max(st.worst, err / scale);
+    st.rows += 1;
+    st.rows_over += err / scale > tol;
+  }
+}
+
+// Runs six mixed steps (every one over the prefill threshold) on both backends.
+RowStats run_case(const Case& k, int64_t top_k, double tol) {
+  const TinyOptions o = case_options(k, top_k, 81);
   const auto m = cpu::testing::make_tiny_model(o);
   const int64_t V = o.vocab_size;
   RowStats st;
@@ -71,16 +92,7 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
     const Status gs = (*gpu_be)->forward(step, got);
     EXPECT_TRUE(gs) << gs.error().message;
     if (!gs) return st;
-    double scale = 1;
-    for (float x : want) scale = std::max(scale, double(std::fabs(x)));
-    for (size_t r = 0; r < step.logits_indices.size(); ++r) {
-      double err = 0;
-      for (int64_t j = 0; j < V; ++j)
-        err = std::max(err, std::fabs(double(got[r * V + j]) - want[r * V + j]));
-      st.worst = std::max(st.worst, err / scale);
-      st.rows += 1;
-      st.rows_over += err / scale > tol;
-    }
+    add_rows(st, want, got, step.logits_indices.size(), V, tol);
   }
   return st;
 }
@@ -88,14 +100,7 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
 // Prompts of 40 sequences (1 .. 58 tokens: inside and across the windows) in one step, then six
 // decode steps of all 40 sequences, each over the prefill threshold; top-8 of 8 experts.
 RowStats run_many_decode(const Case& k, double tol) {
-  TinyOptions o;
-  o.linear_dtype = k.dt;
-  o.sliding_window = k.window;
-  o.num_kv_heads = k.kv_heads;
-  o.head_dim = k.head_dim;
-  o.expert_bias = true;
-  o.num_experts_per_tok = 8;
-  o.seed = 83;
+  const TinyOptions o = case_options(k, 8, 83);
   const auto m = cpu::testing::make_tiny_model(o);
   const int64_t V = o.vocab_size;
   constexpr int kSeqs = 40;
@@ -124,16 +129,7 @@ RowStats run_many_decode(const Case& k, double tol) {
     EXPECT_TRUE(gs) << gs.error().message;
     if (!gs) return st;
     if (step == 0) continue;  // the prompts: covered by the cases above
-    double scale = 1;
-    for (float x : want) scale = std::max(scale, double(std::fabs(x)));
-    for (size_t r = 0; r < in.logits_indices.size(); ++r) {
-      double err = 0;
-      for (int64_t j = 0; j < V; ++j)
-        err = std::max(err, std::fabs(double(got[r * V + j]) - want[r * V + j]));
-      st.worst = std::max(st.worst, err / scale);
-      st.rows += 1;
-      st.rows_over += err / scale > tol;
-    }
+    add_rows(st, want, got, in.logits_indices.size(), V, tol);
   }
   return st;
 }

@@ -187,16 +187,12 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
                              ws_attn_part_, attn_counters_.as<int32_t>(), s);
       mark(sliding ? "attention_sliding" : "attention_full");
     } else {
-      const QkNormRopeArgs qa{static_cast<int>(H),
-                              static_cast<int>(Hkv),
-                              static_cast<int>(D),
-                              eps,
-                              rope,
-                              c.rope_theta};
+      const QkNormRopeArgs qa{
+          static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D), eps, rope, c.rope_theta};
       qk_norm_rope_kv(ws_q_, ws_qkv_, L.q_norm, L.k_norm, k_step, v_step, d_pos_, T, qa, s);
       mark("qk_norm_rope");
-      const PrefillAttentionArgs pa{static_cast<int>(H), static_cast<int>(Hkv),
-                                    static_cast<int>(D), attn_scale, sliding};
+      const PrefillAttentionArgs pa{static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
+                                    attn_scale, sliding};
       prefill_attention(ws_attn_, ws_q_, k_cache(l), v_cache(l), k_step, v_step, L.sinks, kv, T,
                         plan.num_seqs, pa, s);
       mark(sliding ? "attention_sliding" : "attention_full");
