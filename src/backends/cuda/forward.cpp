@@ -185,6 +185,16 @@ __nv_bfloat16* CudaForward::v_cache(int layer) const {
   return kv_.as<__nv_bfloat16>() + kv_offset_[layer] + kv_elems_[layer];
 }
 
+DecodeAttentionArgs CudaForward::decode_attention_args(const StepPlan& plan, bool sliding) const {
+  const model::FlintConfig& c = w_.config();
+  return DecodeAttentionArgs{static_cast<int>(c.num_heads),
+                             static_cast<int>(c.num_kv_heads),
+                             static_cast<int>(c.head_dim),
+                             c.softmax_scale(),
+                             sliding,
+                             sliding ? plan.sliding_splits : plan.full_splits};
+}
+
 TokenKv CudaForward::token_kv(const StepPlan& plan) const {
   return TokenKv{d_pos_,
                  d_seq_,
@@ -438,7 +448,6 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
   const int64_t d = c.hidden_size, H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t qkv_cols = (H + 2 * Hkv) * D;
   const float eps = c.rms_norm_eps;
-  const float attn_scale = c.softmax_scale();
   embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
   mark("embedding");
   const MoeRouting routing = this->routing();
@@ -454,12 +463,7 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
     auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);
     const bool rope = c.layer_uses_rope[l];
-    DecodeAttentionArgs aa{static_cast<int>(H),
-                           static_cast<int>(Hkv),
-                           static_cast<int>(D),
-                           attn_scale,
-                           sliding,
-                           sliding ? plan.sliding_splits : plan.full_splits};
+    const DecodeAttentionArgs aa = decode_attention_args(plan, sliding);
     if (plan.decode) {
       // One launch: q/k norm, RoPE, the cache write of the new K/V and attention.
       const DecodeQkv dq{ws_qkv_, L.q_norm, L.k_norm, eps, rope, c.rope_theta};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernels/decode_attention.h"
 #include "backends/cuda/kernels/decode_persistent.h"
 #include "backends/cuda/kernels/kv_layout.h"
 #include "backends/cuda/kernels/moe_grouped.h"
@@ -151,6 +152,8 @@ class CudaForward {
   MoeRouting routing() const;
   // Where the uploaded step's tokens read and write the KV cache (device metadata views).
   TokenKv token_kv(const StepPlan& plan) const;
+  // The decode attention's shape and split count for a full or sliding layer of the step.
+  DecodeAttentionArgs decode_attention_args(const StepPlan& plan, bool sliding) const;
   __nv_bfloat16* k_cache(int layer) const;
   __nv_bfloat16* v_cache(int layer) const;
 

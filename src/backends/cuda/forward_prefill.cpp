@@ -177,14 +177,9 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
       // flash-attention kernel would give each (sequence, kv head) a block of 128 rows of which
       // G hold a query, each streaming the whole context.
       const DecodeQkv dq{ws_qkv_, L.q_norm, L.k_norm, eps, rope, c.rope_theta};
-      const DecodeAttentionArgs aa{static_cast<int>(H),
-                                   static_cast<int>(Hkv),
-                                   static_cast<int>(D),
-                                   attn_scale,
-                                   sliding,
-                                   sliding ? plan.sliding_splits : plan.full_splits};
-      decode_attention_fused(ws_attn_, dq, k_cache(l), v_cache(l), L.sinks, kv, T, aa,
-                             ws_attn_part_, attn_counters_.as<int32_t>(), s);
+      decode_attention_fused(ws_attn_, dq, k_cache(l), v_cache(l), L.sinks, kv, T,
+                             decode_attention_args(plan, sliding), ws_attn_part_,
+                             attn_counters_.as<int32_t>(), s);
       mark(sliding ? "attention_sliding" : "attention_full");
     } else {
       const QkNormRopeArgs qa{
