@@ -21,12 +21,19 @@ using testing::random_weight;
 TEST(PrefillMoe, GroupedExpertsMatchCpuLoop) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kBF16, DType::kNVFP4}) {
-    // tokens, experts (stack size), slots, inter, hidden
-    for (auto [T, E, slots, I, d] : {std::tuple{1, 4, 2, 64, 64},
-                                     {37, 9, 3, 64, 128},
-                                     {300, 10, 4, 128, 192},
-                                     {200, 3, 2, 64, 64}}) {
-      SCOPED_TRACE(fmt::format("dtype={} T={} E={} slots={} I={} d={}", dt, T, E, slots, I, d));
+    // tokens, experts (stack size), slots, inter, hidden; every case with both tile sizes (0: as
+    // moe_grouped_tile_rows picks). {100, 16, 2}: expert 0 takes ~67 rows, three 32-row tiles.
+    for (auto [T, E, slots, I, d, tile_rows] : {std::tuple{1, 4, 2, 64, 64, 0},
+                                                {37, 9, 3, 64, 128, 0},
+                                                {37, 9, 3, 64, 128, 128},
+                                                {300, 10, 4, 128, 192, 0},
+                                                {300, 10, 4, 128, 192, 32},
+                                                {200, 3, 2, 64, 64, 0},
+                                                {200, 3, 2, 64, 64, 32},
+                                                {100, 16, 2, 64, 128, 32},
+                                                {100, 16, 2, 64, 128, 128}}) {
+      SCOPED_TRACE(fmt::format("dtype={} T={} E={} slots={} I={} d={} tile_rows={}", dt, T, E,
+                               slots, I, d, tile_rows));
       const auto gb = random_weight(dt, int64_t(E) * I, d, 21, 0x18, 0x10);
       const auto ub = random_weight(dt, int64_t(E) * I, d, 22, 0x18, 0x10);
       const auto db = random_weight(dt, int64_t(E) * d, I, 23, 0x18, 0x10);
@@ -88,7 +95,7 @@ TEST(PrefillMoe, GroupedExpertsMatchCpuLoop) {
       DeviceArray<unsigned char> ws(moe_grouped_workspace_bytes(int64_t(T) * slots, E, I, d));
       const MoeGroupedWorkspace w = moe_grouped_workspace(ws.get(), int64_t(T) * slots, E, I, d);
       moe_grouped(dh.get(), d, reinterpret_cast<const __nv_bfloat16*>(dx.get()), d, did.get(),
-                  dw.get(), T, slots, gs, us, ds, w, nullptr);
+                  dw.get(), T, slots, gs, us, ds, w, nullptr, tile_rows);
       EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 3e-2, 1e-2), 1.0);
     }
   }

@@ -27,13 +27,26 @@ __device__ __forceinline__ void store16_bf16(__nv_bfloat16* dst, const float* v)
   *reinterpret_cast<uint4*>(dst + 8) = o1;
 }
 
-constexpr int kBM = kGemmTileRows;  // activation rows per block
-constexpr int kBN = 128;            // weight rows per block (gated: 64 gate + 64 up)
+// A block is 8 warps, 2 along the activation rows and 4 along the weight rows; each warp holds
+// kMT 16-row m-tiles, so a block covers kBM = 32 kMT activation rows: kMT = 4 (kGemmTileRows) for
+// dense and large grouped problems, kMT = 1 (kGemmSmallTileRows) for experts with few rows each.
+constexpr int kBN = 128;  // weight rows per block (gated: 64 gate + 64 up)
 constexpr int kBK = 64;
 constexpr int kLd = kBK + 8;  // padded smem row (144 bytes): ldmatrix rows hit distinct banks
 constexpr int kThreads = 256;
-constexpr int kStageElems = (kBM + kBN) * kLd;
-constexpr int kSmemBytes = 2 * kStageElems * 2 + 16 * 4;
+template <int kMT>
+constexpr int tile_rows() {
+  return 32 * kMT;
+}
+template <int kMT>
+constexpr int stage_elems() {
+  return (tile_rows<kMT>() + kBN) * kLd;
+}
+template <int kMT>
+constexpr int smem_bytes() {
+  return 2 * stage_elems<kMT>() * 2 + 16 * 4;
+}
+static_assert(tile_rows<4>() == kGemmTileRows && tile_rows<1>() == kGemmSmallTileRows);
 
 struct GemmParams {
   const __nv_bfloat16* x;
@@ -98,8 +111,10 @@ __device__ __forceinline__ int64_t weight_row(const GemmParams& p, int n0, int i
   return int64_t(expert) * p.w0.out + n;
 }
 
-template <DType WT, bool kGated>
+template <DType WT, bool kGated, int kMT>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
+  constexpr int kBM = tile_rows<kMT>();  // activation rows per block
+  constexpr int kStageElems = stage_elems<kMT>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   float* lut = reinterpret_cast<float*>(smem_raw + 2 * kStageElems * 2);
@@ -120,11 +135,11 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   const int num_k_tiles = (K + kBK - 1) / kBK;
   if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
 
-  // Activation tile: 128 rows x 64 bf16 = 1024 16-byte chunks, 4 per thread.
+  // Activation tile: kBM rows x 64 bf16 = 8 kBM 16-byte chunks, kMT per thread.
   auto load_x = [&](int stage, int kt) {
     __nv_bfloat16* xs = smem + stage * kStageElems;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kBM * (kBK / 8) / kThreads; ++j) {
       const int c = tid + j * kThreads;
       const int r = c >> 3, kc = (c & 7) * 8;
       const int m = m0 + r;
@@ -191,9 +206,9 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
     }
   };
 
-  float acc[4][4][4];
+  float acc[kMT][4][4];
 #pragma unroll
-  for (int a = 0; a < 4; ++a)
+  for (int a = 0; a < kMT; ++a)
 #pragma unroll
     for (int b = 0; b < 4; ++b)
 #pragma unroll
@@ -228,10 +243,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
     const __nv_bfloat16* ws = xs + kBM * kLd;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
-      uint32_t a[4][4];
+      uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        const int r = wm * 64 + mt * 16 + (lane & 15);
+      for (int mt = 0; mt < kMT; ++mt) {
+        const int r = wm * (kBM / 2) + mt * 16 + (lane & 15);
         dev::ldmatrix_x4(a[mt], xs + r * kLd + kk + (lane >> 4) * 8);
       }
       uint32_t b[2][4];
@@ -241,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
         dev::ldmatrix_x4(b[jp], ws + r * kLd + kk + ((lane >> 3) & 1) * 8);
       }
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const uint32_t* bb = b[nt >> 1];
@@ -258,10 +273,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   const int g = lane >> 2, c = lane & 3;
   const LinearRef& W0 = p.w0;
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
+  for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int m = m0 + wm * 64 + mt * 16 + g + hr * 8;
+      const int m = m0 + wm * (kBM / 2) + mt * 16 + g + hr * 8;
       if (m >= m1) continue;
       const float rw = p.groups.row_weight != nullptr ? p.groups.row_weight[m] : 1.0f;
       if (kGated) {
@@ -303,17 +318,27 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   }
 }
 
-template <DType WT, bool kGated>
+template <DType WT, bool kGated, int kMT>
 void launch_kernel(const GemmParams& p, int grid_x, cudaStream_t s) {
+  constexpr int kSmem = smem_bytes<kMT>();
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<WT, kGated>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<WT, kGated, kMT>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
   (void)configured;
   const int n_per_block = kGated ? kBN / 2 : kBN;
   const dim3 grid(grid_x, static_cast<unsigned>(ceil_div(p.w0.out, n_per_block)));
-  gemm_kernel<WT, kGated><<<grid, kThreads, kSmemBytes, s>>>(p);
+  gemm_kernel<WT, kGated, kMT><<<grid, kThreads, kSmem, s>>>(p);
+}
+
+template <DType WT, bool kGated>
+void launch_tiles(const GemmParams& p, int grid_x, cudaStream_t s) {
+  if (p.groups.tiles != nullptr && p.groups.tile_rows == kGemmSmallTileRows) {
+    launch_kernel<WT, kGated, 1>(p, grid_x, s);
+  } else {
+    launch_kernel<WT, kGated, 4>(p, grid_x, s);
+  }
 }
 
 void check_weight(const LinearRef& w, const char* what) {
@@ -326,12 +351,16 @@ void check_weight(const LinearRef& w, const char* what) {
 
 void dispatch(const GemmParams& p, bool gated, int grid_x, cudaStream_t s) {
   if (grid_x <= 0) return;
+  FLINT_CHECK(p.groups.tiles == nullptr || p.groups.tile_rows == kGemmTileRows ||
+                  p.groups.tile_rows == kGemmSmallTileRows,
+              "gemm: grouped tiles of {} rows ({} or {})", p.groups.tile_rows, kGemmTileRows,
+              kGemmSmallTileRows);
   if (p.w0.dtype == DType::kNVFP4) {
-    gated ? launch_kernel<DType::kNVFP4, true>(p, grid_x, s)
-          : launch_kernel<DType::kNVFP4, false>(p, grid_x, s);
+    gated ? launch_tiles<DType::kNVFP4, true>(p, grid_x, s)
+          : launch_tiles<DType::kNVFP4, false>(p, grid_x, s);
   } else {
-    gated ? launch_kernel<DType::kBF16, true>(p, grid_x, s)
-          : launch_kernel<DType::kBF16, false>(p, grid_x, s);
+    gated ? launch_tiles<DType::kBF16, true>(p, grid_x, s)
+          : launch_tiles<DType::kBF16, false>(p, grid_x, s);
   }
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
@@ -403,7 +432,7 @@ void gemm(cublasHandle_t cublas, float* y, int64_t y_stride, const __nv_bfloat16
     return;
   }
   GemmParams p{x, x_stride, rows, GemmGroups{}, w, w, y, y_stride, accumulate};
-  dispatch(p, false, static_cast<int>(ceil_div(rows, kBM)), s);
+  dispatch(p, false, static_cast<int>(ceil_div(rows, kGemmTileRows)), s);
 }
 
 void gemm_gated(__nv_bfloat16* act, int64_t act_stride, const __nv_bfloat16* x, int64_t x_stride,
@@ -413,7 +442,7 @@ void gemm_gated(__nv_bfloat16* act, int64_t act_stride, const __nv_bfloat16* x, 
               x_stride);
   FLINT_CHECK(gate.num_experts == 1, "gemm_gated: expert stack passed to the dense gemm");
   GemmParams p{x, x_stride, rows, GemmGroups{}, gate, up, act, act_stride, false};
-  dispatch(p, true, static_cast<int>(ceil_div(rows, kBM)), s);
+  dispatch(p, true, static_cast<int>(ceil_div(rows, kGemmTileRows)), s);
 }
 
 void grouped_gemm_gated(__nv_bfloat16* act, int64_t act_stride, const __nv_bfloat16* x,

@@ -15,8 +15,12 @@
 
 namespace flint::cuda {
 
-// Rows of one GEMM tile of the tensor-core kernel; grouped problems are cut into tiles of this.
+// Rows of one GEMM tile of the tensor-core kernel: dense problems and grouped problems with many
+// rows per expert are cut into tiles of kGemmTileRows, grouped problems with few rows per expert
+// (decode steps of many sequences) into tiles of kGemmSmallTileRows, so that an expert with two
+// rows does not pay for 128.
 inline constexpr int kGemmTileRows = 128;
+inline constexpr int kGemmSmallTileRows = 32;
 
 // out[r, c] = bf16(x[r, c]). x: [rows, cols] f32 (row stride x_stride); out: bf16 (out_stride).
 void cast_to_bf16(__nv_bfloat16* out, int64_t out_stride, const float* x, int64_t x_stride,
@@ -46,12 +50,13 @@ void gemm_gated(__nv_bfloat16* act, int64_t act_stride, const __nv_bfloat16* x, 
                 int rows, const LinearRef& gate, const LinearRef& up, cudaStream_t s);
 
 // Rows grouped by expert for the grouped GEMMs: row r of a problem belongs to tile i when
-// tiles[i] = {expert, r_begin, r_end, 0} holds it (r_end - r_begin <= kGemmTileRows); tiles with
+// tiles[i] = {expert, r_begin, r_end, 0} holds it (r_end - r_begin <= tile_rows); tiles with
 // expert < 0 are empty. The activation row of r is gather[r] (or r when gather is null), and the
 // output row r is multiplied by row_weight[r] when given.
 struct GemmGroups {
   const int4* tiles = nullptr;  // [num_tiles]
   int num_tiles = 0;
+  int tile_rows = kGemmTileRows;      // kGemmTileRows or kGemmSmallTileRows
   const int32_t* gather = nullptr;    // [rows] or null
   const float* row_weight = nullptr;  // [rows] or null
 };

@@ -1,5 +1,6 @@
-// Grouped MoE for prefill: count pairs per expert, scan into offsets and GEMM tiles, scatter the
-// pairs into expert order, two grouped GEMMs, then a per-token combine in slot order.
+// Grouped MoE for prefill and decode steps of many sequences: count pairs per expert, scan into
+// offsets and GEMM tiles (moe_grouped_tile_rows), scatter the pairs into expert order, two grouped
+// GEMMs, then a per-token combine in slot order.
 // Reference: the decode path (gemv_gated_experts + moe_down).  Test:
 // tests/kernels/prefill_moe_test.cpp
 #include "backends/cuda/cuda_check.h"
@@ -17,15 +18,15 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int num_pairs)
 }
 
 // One block: exclusive scan of the counts, then the tile list (thread 0; a few hundred entries).
-__global__ void scan_kernel(int32_t* offsets, int4* tiles, int max_tiles, const int32_t* counts,
-                            int num_groups) {
+__global__ void scan_kernel(int32_t* offsets, int4* tiles, int max_tiles, int tile_rows,
+                            const int32_t* counts, int num_groups) {
   if (threadIdx.x != 0) return;
   int off = 0, t = 0;
   for (int e = 0; e < num_groups; ++e) {
     offsets[e] = off;
     const int n = counts[e];
-    for (int r = 0; r < n && t < max_tiles; r += kGemmTileRows) {
-      tiles[t++] = make_int4(e, off + r, off + min(n, r + kGemmTileRows), 0);
+    for (int r = 0; r < n && t < max_tiles; r += tile_rows) {
+      tiles[t++] = make_int4(e, off + r, off + min(n, r + tile_rows), 0);
     }
     off += n;
   }
@@ -91,23 +92,31 @@ MoeGroupedWorkspace moe_grouped_workspace(void* base, int64_t num_pairs, int num
 void moe_grouped(float* h, int64_t h_stride, const __nv_bfloat16* x, int64_t x_stride,
                  const int32_t* ids, const float* weights, int num_tokens, int slots,
                  const LinearRef& gate, const LinearRef& up, const LinearRef& down,
-                 const MoeGroupedWorkspace& ws, cudaStream_t s) {
+                 const MoeGroupedWorkspace& ws, cudaStream_t s, int tile_rows) {
   const int groups = static_cast<int>(gate.num_experts);
   FLINT_CHECK(down.num_experts == groups && down.in == gate.out && down.out == gate.in,
               "moe_grouped: gate [{}] x [{}, {}] vs down [{}] x [{}, {}]", gate.num_experts,
               gate.out, gate.in, down.num_experts, down.out, down.in);
   const int pairs = num_tokens * slots;
   if (pairs == 0) return;
-  const int max_tiles = moe_grouped_max_tiles(pairs, groups);
+  if (tile_rows == 0) tile_rows = moe_grouped_tile_rows(pairs, groups);
+  FLINT_CHECK(tile_rows == kGemmTileRows || tile_rows == kGemmSmallTileRows,
+              "moe_grouped: tiles of {} rows ({} or {})", tile_rows, kGemmTileRows,
+              kGemmSmallTileRows);
+  const int max_tiles = moe_grouped_max_tiles(pairs, groups, tile_rows);
   FLINT_CUDA_CHECK(cudaMemsetAsync(ws.counts, 0, 4 * groups, s));
   FLINT_CUDA_CHECK(cudaMemsetAsync(ws.cursor, 0, 4 * groups, s));
   const int blocks = static_cast<int>(ceil_div(pairs, 256));
   count_kernel<<<blocks, 256, 0, s>>>(ws.counts, ids, pairs);
-  scan_kernel<<<1, 32, 0, s>>>(ws.offsets, ws.tiles, max_tiles, ws.counts, groups);
+  scan_kernel<<<1, 32, 0, s>>>(ws.offsets, ws.tiles, max_tiles, tile_rows, ws.counts, groups);
   scatter_kernel<<<blocks, 256, 0, s>>>(ws.gather, ws.pair_pos, ws.row_weight, ws.cursor,
                                         ws.offsets, ids, weights, pairs, slots);
   FLINT_CUDA_CHECK(cudaGetLastError());
-  GemmGroups g{ws.tiles, max_tiles, ws.gather, nullptr};
+  GemmGroups g;
+  g.tiles = ws.tiles;
+  g.num_tiles = max_tiles;
+  g.tile_rows = tile_rows;
+  g.gather = ws.gather;
   grouped_gemm_gated(ws.act, gate.out, x, x_stride, g, gate, up, s);
   g.gather = nullptr;
   g.row_weight = ws.row_weight;
