@@ -1,7 +1,8 @@
 // The prefill path (steps over CudaForward::kPrefillMinTokens tokens) against the CPU backend:
 // BF16 and NVFP4 tiny models, several sequences with chunks longer than the window mixed with
 // decode tokens and chunks that continue a cached prefix, and decode steps of more sequences than
-// that threshold (one new token each: the split-KV decode attention inside the prefill path).
+// that threshold (one new token each: the split-KV decode attention inside the prefill path) or
+// of more than one LM-head GEMV pass of rows (the head through cuBLAS).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -97,32 +98,32 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
   return st;
 }
 
-// Prompts of 40 sequences (1 .. 58 tokens: inside and across the windows) in one step, then six
-// decode steps of all 40 sequences, each over the prefill threshold; top-8 of 8 experts.
-RowStats run_many_decode(const Case& k, double tol) {
+// Prompts of num_seqs sequences (1 .. 58 tokens: inside and across the windows) in one step, then
+// six decode steps of all of them; top-8 of 8 experts. With more than kPrefillMinTokens sequences
+// the decode steps run through the prefill path; with more than kLmHeadGemvRows, the LM head
+// through cuBLAS (both paths).
+RowStats run_many_decode(const Case& k, int num_seqs, double tol) {
   const TinyOptions o = case_options(k, 8, 83);
   const auto m = cpu::testing::make_tiny_model(o);
   const int64_t V = o.vocab_size;
-  constexpr int kSeqs = 40;
-  static_assert(kSeqs > CudaForward::kPrefillMinTokens);
   RowStats st;
   cpu::CpuBackend cpu_be(m.weights, 2);
   auto gpu_be = CudaBackend::create(m.weights);
   EXPECT_TRUE(gpu_be.has_value());
   if (!gpu_be) return st;
-  cpu::SimpleSteps steps(kSeqs, 128, 16);
+  cpu::SimpleSteps steps(num_seqs, 128, 16);
   EXPECT_TRUE(cpu_be.init_kv_cache(steps.kv_spec(DType::kBF16)));
   EXPECT_TRUE((*gpu_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
   std::mt19937_64 g(5);
   for (int step = 0; step < 7; ++step) {
-    for (int s = 0; s < kSeqs; ++s) {
+    for (int s = 0; s < num_seqs; ++s) {
       const size_t n = step == 0 ? size_t(1 + (s * 7) % 58) : 1;
       std::vector<int32_t> toks(n);
       for (auto& t : toks) t = static_cast<int32_t>(g() % V);
       steps.add(s, toks, false);
     }
     const model::StepInput in = steps.take();
-    EXPECT_EQ(in.logits_indices.size(), size_t(kSeqs));
+    EXPECT_EQ(in.logits_indices.size(), size_t(num_seqs));
     std::vector<float> want(in.logits_indices.size() * V), got(want.size());
     EXPECT_TRUE(cpu_be.forward(in, want));
     const Status gs = (*gpu_be)->forward(in, got);
@@ -172,13 +173,30 @@ TEST(CudaPrefill, LongChunksMatchCpuBackendUpToRoutingFlips) {
 
 TEST(CudaPrefill, DecodeStepsOfManySequencesMatchCpuBackend) {
   FLINT_REQUIRE_GPU();
+  static_assert(40 > CudaForward::kPrefillMinTokens);
   for (const Case& k : kCases) {
     SCOPED_TRACE(k.name);
-    const RowStats st = run_many_decode(k, kTol);
+    const RowStats st = run_many_decode(k, 40, kTol);
     std::printf("  %-20s 40-sequence decode steps: worst %.2e, rows over %.0e: %d of %d\n", k.name,
                 st.worst, kTol, st.rows_over, st.rows);
     EXPECT_EQ(st.rows_over, 0);
     EXPECT_EQ(st.rows, 6 * 40);
+  }
+}
+
+// 16 sequences: the layered decode path (f32 activations, close to the CPU) with the LM head of
+// more than one GEMV pass through cuBLAS, which must keep that precision.
+TEST(CudaPrefill, LayeredDecodeStepsWithSixteenLogitsRowsMatchCpuBackend) {
+  FLINT_REQUIRE_GPU();
+  static_assert(16 <= CudaForward::kPrefillMinTokens && 16 > CudaForward::kLmHeadGemvRows);
+  constexpr double kLayeredTol = 1e-3;
+  for (const Case& k : kCases) {
+    SCOPED_TRACE(k.name);
+    const RowStats st = run_many_decode(k, 16, kLayeredTol);
+    std::printf("  %-20s 16-sequence decode steps: worst %.2e, rows over %.0e: %d of %d\n", k.name,
+                st.worst, kLayeredTol, st.rows_over, st.rows);
+    EXPECT_EQ(st.rows_over, 0);
+    EXPECT_EQ(st.rows, 6 * 16);
   }
 }
 

@@ -59,6 +59,46 @@ void check_gemm(DType dt, float scale, int rows, int64_t out, int64_t in, bool u
   EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 4e-3, 2e-3), 1.0);
 }
 
+// f32 activations (not rounded to bf16) through gemm_f32_activations against cpu::linear: F32 by
+// SGEMM, BF16 by the hi/lo split, both to f32-like precision; NVFP4 and scaled weights are refused.
+TEST(PrefillGemm, F32ActivationsThroughCublasKeepF32Precision) {
+  FLINT_REQUIRE_GPU();
+  Gpu gpu;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (auto [rows, out, in] : {std::tuple{9, 1000, 256}, {40, 333, 2048}, {1, 64, 64}}) {
+      SCOPED_TRACE(fmt::format("dtype={} rows={} out={} in={}", dt, rows, out, in));
+      const auto wbytes = random_weight(dt, out, in, 300 + out + in);
+      const model::Linear lin{ConstTensorView(wbytes.data(), dt, {out, in}), 1.0f};
+      const auto x = random_floats(int64_t(rows) * in, 11 + rows);
+      std::vector<float> want(int64_t(rows) * out);
+      ThreadPool pool(2);
+      cpu::linear(want.data(), x.data(), rows, lin, pool);
+      DeviceWeights owner;
+      auto ref = owner.add_linear(lin, nullptr);
+      ASSERT_TRUE(ref.has_value()) << ref.error().message;
+      DeviceArray<float> dx(x), dy(int64_t(rows) * out);
+      DeviceArray<uint16_t> scratch(2 * int64_t(rows) * in);
+      ASSERT_TRUE(gemm_f32_activations(gpu.cublas, dy.get(), out, dx.get(), in, rows, *ref,
+                                       reinterpret_cast<__nv_bfloat16*>(scratch.get()), nullptr));
+      // bf16 activations alone would be off by ~4e-3 relative; the split keeps ~2^-16.
+      EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-4), 1.0);
+    }
+  }
+  for (DType dt : {DType::kNVFP4, DType::kBF16}) {
+    const auto wbytes = random_weight(dt, 64, 64, 5);
+    const model::Linear lin{ConstTensorView(wbytes.data(), dt, {64, 64}),
+                            dt == DType::kBF16 ? 0.5f : 1.0f};  // scaled BF16: a row scale
+    DeviceWeights owner;
+    auto ref = owner.add_linear(lin, nullptr);
+    ASSERT_TRUE(ref.has_value()) << ref.error().message;
+    DeviceArray<float> dx(std::vector<float>(64, 1.0f)), dy(64);
+    DeviceArray<uint16_t> scratch(2 * 64);
+    EXPECT_FALSE(gemm_f32_activations(gpu.cublas, dy.get(), 64, dx.get(), 64, 1, *ref,
+                                      reinterpret_cast<__nv_bfloat16*>(scratch.get()), nullptr))
+        << fmt::format("{}", dt);
+  }
+}
+
 TEST(PrefillGemm, CublasBf16MatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
   for (auto [rows, out, in] :

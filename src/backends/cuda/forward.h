@@ -76,6 +76,9 @@ class CudaForward {
   // flash-attention kernel); smaller ones through the decode kernels, whose f32 activations also
   // keep small mixed steps bit-close to the CPU reference.
   static constexpr int kPrefillMinTokens = 32;
+  // Logits rows up to which the LM head is one pass of the GEMV (whose 8-row kernel reads the head
+  // once); steps with more go through cuBLAS (gemm_f32_activations) when the head's dtype allows.
+  static constexpr int kLmHeadGemvRows = 8;
 
   // Allocates the KV cache described by `kv` (full layers paged, sliding layers as rings).
   static Result<std::unique_ptr<CudaForward>> create(const DeviceWeights& w,
@@ -144,6 +147,8 @@ class CudaForward {
   CudaForward(const DeviceWeights& w, const model::KvCacheSpec& kv) : w_(w), spec_(kv) {}
   Status reserve(int num_tokens, int num_seqs, int64_t table_len, int num_logits);
   Status reserve_prefill(int num_tokens);
+  // The final norm and the LM head over the step's logits rows (both enqueue paths).
+  void enqueue_lm_head(const StepPlan& plan, cudaStream_t s);
   Status prepare_prefill_weights();
   // Builds the persistent kernel's layer table (after the KV cache exists).
   Status prepare_persistent();

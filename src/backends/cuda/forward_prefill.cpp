@@ -81,7 +81,8 @@ Status CudaForward::reserve_prefill(int num_tokens) {
   if (num_tokens <= prefill_.cap_tokens) return ok();
   const model::FlintConfig& c = w_.config();
   const int64_t T = num_tokens;
-  const int64_t x_cols = std::max(c.hidden_size, c.num_heads * c.head_dim);
+  // bf16 activations of the widest projection input; also the LM head's hi/lo split (2 d).
+  const int64_t x_cols = std::max(2 * c.hidden_size, c.num_heads * c.head_dim);
   const int64_t act_cols =
       std::max({c.intermediate_size, c.shared_expert_intermediate_size, int64_t(1)});
   const int groups = moe_groups(w_);
@@ -225,9 +226,7 @@ void CudaForward::enqueue_prefill(const StepPlan& plan, cudaStream_t s, OpTimer*
     mark("moe_experts");
   }
   if (plan.num_logits > 0) {
-    rms_norm_rows(ws_alog_, d, ws_h_, d, d_logit_rows_, w_.final_norm(), plan.num_logits, d, eps,
-                  s);
-    gemv(ws_logits_, c.vocab_size, ws_alog_, d, plan.num_logits, w_.lm_head(), false, s);
+    enqueue_lm_head(plan, s);
     mark("lm_head");
   }
 }

@@ -66,6 +66,19 @@ __global__ void cast_to_bf16_kernel(__nv_bfloat16* out, int64_t out_stride, cons
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) o[i] = __float2bfloat16_rn(xr[i]);
 }
 
+// hi[r, c] = bf16(x[r, c]), lo[r, c] = bf16(x[r, c] - hi[r, c]); hi and lo: [rows, cols] dense.
+__global__ void split_bf16_kernel(__nv_bfloat16* hi, __nv_bfloat16* lo, const float* x,
+                                  int64_t x_stride, int64_t cols) {
+  const float* xr = x + int64_t(blockIdx.x) * x_stride;
+  const int64_t o = int64_t(blockIdx.x) * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = xr[i];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[o + i] = h;
+    lo[o + i] = __float2bfloat16_rn(v - __bfloat162float(h));
+  }
+}
+
 __global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -409,6 +422,28 @@ void gemm_f32(cublasHandle_t cublas, float* y, int64_t y_stride, const float* x,
       w, static_cast<int>(in), x, static_cast<int>(x_stride), &beta, y, static_cast<int>(y_stride));
   FLINT_CHECK(st == CUBLAS_STATUS_SUCCESS, "gemm_f32: cublasSgemm failed ({})",
               static_cast<int>(st));
+}
+
+bool gemm_f32_activations(cublasHandle_t cublas, float* y, int64_t y_stride, const float* x,
+                          int64_t x_stride, int rows, const LinearRef& w, __nv_bfloat16* scratch,
+                          cudaStream_t s) {
+  if (cublas == nullptr || w.w == nullptr || w.num_experts != 1 || w.row_scale != nullptr) {
+    return false;
+  }
+  if (w.dtype == DType::kF32) {
+    gemm_f32(cublas, y, y_stride, x, x_stride, rows, static_cast<const float*>(w.w), w.out, w.in,
+             s);
+    return true;
+  }
+  if (w.dtype != DType::kBF16 || w.in % 8 != 0 || scratch == nullptr) return false;
+  if (rows <= 0) return true;
+  __nv_bfloat16* hi = scratch;
+  __nv_bfloat16* lo = scratch + int64_t(rows) * w.in;
+  split_bf16_kernel<<<rows, 256, 0, s>>>(hi, lo, x, x_stride, w.in);
+  FLINT_CUDA_CHECK(cudaGetLastError());
+  gemm(cublas, y, y_stride, hi, w.in, rows, w, false, s);
+  gemm(cublas, y, y_stride, lo, w.in, rows, w, true, s);
+  return true;
 }
 
 void gemm(cublasHandle_t cublas, float* y, int64_t y_stride, const __nv_bfloat16* x,

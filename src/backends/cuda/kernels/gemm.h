@@ -38,6 +38,17 @@ void dequantize_bf16(__nv_bfloat16* out, const LinearRef& w, cudaStream_t s);
 void gemm_f32(cublasHandle_t cublas, float* y, int64_t y_stride, const float* x, int64_t x_stride,
               int rows, const float* w, int64_t out, int64_t in, cudaStream_t s);
 
+// Rows of f32 activations through cuBLAS at close to f32 precision (the LM head of a step with
+// more logits rows than one GEMV pass holds): y[m, :] = W x[m, :] for F32 weights by SGEMM (no
+// TF32), for plain BF16 weights by two bf16 GEMMs over x split into high and low bf16 parts
+// (x = hi + lo to ~16 mantissa bits), the second accumulated onto the first in f32.
+// x: [rows, W.in] f32 (row stride x_stride); y: [rows, W.out] f32; scratch: 2 * rows * W.in bf16.
+// Returns false, launching nothing, for weights it does not take (NVFP4, a row scale, an expert
+// stack, W.in % 8 != 0): the caller then runs the GEMV.
+bool gemm_f32_activations(cublasHandle_t cublas, float* y, int64_t y_stride, const float* x,
+                          int64_t x_stride, int rows, const LinearRef& w, __nv_bfloat16* scratch,
+                          cudaStream_t s);
+
 // y[m, n] = s_n * sum_k W[n, k] x[m, k] (added to y when `accumulate`). x: [rows, W.in] bf16;
 // y: [rows, W.out] f32. W: BF16 or NVFP4, one matrix; W.in % 8 == 0 (NVFP4: % 64).
 // `cublas` must be bound to no other stream work than `s` (the launcher sets its stream).
