@@ -171,17 +171,22 @@ TEST(CudaPrefill, LongChunksMatchCpuBackendUpToRoutingFlips) {
   }
 }
 
+// Every case's decode steps of num_seqs sequences: no logits row over tol.
+void expect_decode_steps_match(int num_seqs, double tol) {
+  for (const Case& k : kCases) {
+    SCOPED_TRACE(k.name);
+    const RowStats st = run_many_decode(k, num_seqs, tol);
+    std::printf("  %-20s %d-sequence decode steps: worst %.2e, rows over %.0e: %d of %d\n", k.name,
+                num_seqs, st.worst, tol, st.rows_over, st.rows);
+    EXPECT_EQ(st.rows_over, 0);
+    EXPECT_EQ(st.rows, 6 * num_seqs);
+  }
+}
+
 TEST(CudaPrefill, DecodeStepsOfManySequencesMatchCpuBackend) {
   FLINT_REQUIRE_GPU();
   static_assert(40 > CudaForward::kPrefillMinTokens);
-  for (const Case& k : kCases) {
-    SCOPED_TRACE(k.name);
-    const RowStats st = run_many_decode(k, 40, kTol);
-    std::printf("  %-20s 40-sequence decode steps: worst %.2e, rows over %.0e: %d of %d\n", k.name,
-                st.worst, kTol, st.rows_over, st.rows);
-    EXPECT_EQ(st.rows_over, 0);
-    EXPECT_EQ(st.rows, 6 * 40);
-  }
+  expect_decode_steps_match(40, kTol);
 }
 
 // 16 sequences: the layered decode path (f32 activations, close to the CPU) with the LM head of
@@ -189,15 +194,7 @@ TEST(CudaPrefill, DecodeStepsOfManySequencesMatchCpuBackend) {
 TEST(CudaPrefill, LayeredDecodeStepsWithSixteenLogitsRowsMatchCpuBackend) {
   FLINT_REQUIRE_GPU();
   static_assert(16 <= CudaForward::kPrefillMinTokens && 16 > CudaForward::kLmHeadGemvRows);
-  constexpr double kLayeredTol = 1e-3;
-  for (const Case& k : kCases) {
-    SCOPED_TRACE(k.name);
-    const RowStats st = run_many_decode(k, 16, kLayeredTol);
-    std::printf("  %-20s 16-sequence decode steps: worst %.2e, rows over %.0e: %d of %d\n", k.name,
-                st.worst, kLayeredTol, st.rows_over, st.rows);
-    EXPECT_EQ(st.rows_over, 0);
-    EXPECT_EQ(st.rows, 6 * 16);
-  }
+  expect_decode_steps_match(16, 1e-3);
 }
 
 }  // namespace

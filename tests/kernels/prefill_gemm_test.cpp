@@ -36,6 +36,15 @@ struct Gpu {
   ~Gpu() { cublasDestroy(cublas); }
 };
 
+// cpu::linear of `rows` rows of x: the reference every GEMM here is checked against.
+std::vector<float> cpu_linear(const model::Linear& lin, const std::vector<float>& x, int rows,
+                              int64_t out) {
+  std::vector<float> y(int64_t(rows) * out);
+  ThreadPool pool(2);
+  cpu::linear(y.data(), x.data(), rows, lin, pool);
+  return y;
+}
+
 void check_gemm(DType dt, float scale, int rows, int64_t out, int64_t in, bool use_cublas) {
   SCOPED_TRACE(fmt::format("dtype={} scale={} rows={} out={} in={} cublas={}", dt, scale, rows, out,
                            in, use_cublas));
@@ -43,9 +52,7 @@ void check_gemm(DType dt, float scale, int rows, int64_t out, int64_t in, bool u
   const auto wbytes = random_weight(dt, out, in, 100 + out + in);
   const model::Linear lin{ConstTensorView(wbytes.data(), dt, {out, in}), scale};
   const auto x = round_bf16(random_floats(int64_t(rows) * in, 7 + rows));
-  std::vector<float> want(int64_t(rows) * out);
-  ThreadPool pool(2);
-  cpu::linear(want.data(), x.data(), rows, lin, pool);
+  std::vector<float> want = cpu_linear(lin, x, rows, out);
   DeviceWeights owner;
   auto ref = owner.add_linear(lin, nullptr);
   ASSERT_TRUE(ref.has_value()) << ref.error().message;
@@ -70,9 +77,7 @@ TEST(PrefillGemm, F32ActivationsThroughCublasKeepF32Precision) {
       const auto wbytes = random_weight(dt, out, in, 300 + out + in);
       const model::Linear lin{ConstTensorView(wbytes.data(), dt, {out, in}), 1.0f};
       const auto x = random_floats(int64_t(rows) * in, 11 + rows);
-      std::vector<float> want(int64_t(rows) * out);
-      ThreadPool pool(2);
-      cpu::linear(want.data(), x.data(), rows, lin, pool);
+      const std::vector<float> want = cpu_linear(lin, x, rows, out);
       DeviceWeights owner;
       auto ref = owner.add_linear(lin, nullptr);
       ASSERT_TRUE(ref.has_value()) << ref.error().message;
@@ -125,9 +130,7 @@ TEST(PrefillGemm, DequantizedNvfp4ThroughCublasMatchesCpuLinear) {
     const auto wbytes = random_weight(DType::kNVFP4, out, in, 31 + out);
     const model::Linear lin{ConstTensorView(wbytes.data(), DType::kNVFP4, {out, in}), 0.37f};
     const auto x = round_bf16(random_floats(int64_t(rows) * in, 17 + rows));
-    std::vector<float> want(int64_t(rows) * out);
-    ThreadPool pool(2);
-    cpu::linear(want.data(), x.data(), rows, lin, pool);
+    const std::vector<float> want = cpu_linear(lin, x, rows, out);
     DeviceWeights owner;
     auto ref = owner.add_linear(lin, nullptr);
     ASSERT_TRUE(ref.has_value()) << ref.error().message;
@@ -154,9 +157,7 @@ TEST(PrefillGemm, RouterSgemmMatchesCpuLinear) {
     const auto w = random_floats(int64_t(out) * in, 41, -0.5f, 0.5f);
     const auto x = random_floats(int64_t(rows) * in, 42);
     const model::Linear lin{ConstTensorView(w.data(), DType::kF32, {out, in}), 1.0f};
-    std::vector<float> want(int64_t(rows) * out);
-    ThreadPool pool(2);
-    cpu::linear(want.data(), x.data(), rows, lin, pool);
+    const std::vector<float> want = cpu_linear(lin, x, rows, out);
     DeviceArray<float> dw(w), dx(x), dy(want.size());
     gemm_f32(gpu.cublas, dy.get(), out, dx.get(), in, rows, dw.get(), out, in, nullptr);
     EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-5, 1e-5), 1.0);
