@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "backends/cpu/ops/linear.h"
 #include "backends/cpu/ops/rms_norm.h"
 #include "backends/cuda/weights.h"
@@ -57,6 +60,55 @@ TEST(Gemv, Nvfp4MatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
   for (int rows : {1, 4, 8, 11}) check_gemv(DType::kNVFP4, rows, 129, 704, 0.37f);
   check_gemv(DType::kNVFP4, 1, 1, 4096, 1.0f);
+}
+
+// 2+ rows run on tensor cores with the activations split into two 16-bit parts; NVFP4's f16 parts
+// are rescaled per row by a power of two. Rows far outside f16's range (1e6), tiny rows (1e-7)
+// and a row of zeros keep f32-like precision (the rows' different scales also catch mixed-up rows).
+TEST(Gemv, TensorCoreRowsKeepPrecisionAtAnyMagnitude) {
+  FLINT_REQUIRE_GPU();
+  static_assert(kGemvMmaMinRows <= 8);
+  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+    const int rows = 8;
+    const int64_t out = 40, in = 1088;
+    SCOPED_TRACE(fmt::format("dtype={}", dt));
+    const auto wb = random_weight(dt, out, in, 71);
+    const model::Linear lin{ConstTensorView(wb.data(), dt, {out, in}), 1.0f};
+    auto x = random_floats(rows * in, 72, -1, 1);
+    const float mag[rows] = {1e6f, 1e-7f, 1.0f, 0.0f, 3e4f, 1.0f, 7e-3f, 65504.0f};
+    for (int i = 0; i < rows; ++i) {
+      for (int64_t k = 0; k < in; ++k) x[i * in + k] *= mag[i];
+    }
+    std::vector<float> want(rows * out);
+    ThreadPool pool(2);
+    cpu::linear(want.data(), x.data(), rows, lin, pool);
+    DeviceWeights owner;
+    auto ref = owner.add_linear(lin, nullptr);
+    ASSERT_TRUE(ref.has_value());
+    DeviceArray<float> dx(x), dy(rows * out);
+    gemv(dy.get(), out, dx.get(), in, rows, *ref, false, nullptr);
+    const auto got = dy.to_host();
+    for (int i = 0; i < rows; ++i) {
+      SCOPED_TRACE(fmt::format("row {} (x ~ {:g})", i, mag[i]));
+      const std::vector<float> g(got.begin() + i * out, got.begin() + (i + 1) * out);
+      const std::vector<float> w(want.begin() + i * out, want.begin() + (i + 1) * out);
+      double scale = 0;
+      for (float v : w) scale = std::max(scale, double(std::fabs(v)));
+      if (mag[i] == 0.0f) {
+        EXPECT_EQ(g, w);
+        continue;
+      }
+      EXPECT_LE(testing::worst_ratio(g, w, 1e-5 * scale, 1e-4), 1.0);
+    }
+  }
+}
+
+TEST(Gemv, WideOutputOnTensorCoresMatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  // 64 output rows per block past kGemvMmaWideRows (the LM head); a last block of 37 rows.
+  static_assert(kGemvMmaMinRows <= 5);
+  check_gemv(DType::kNVFP4, 5, kGemvMmaWideRows + 37, 192, 0.5f);
+  check_gemv(DType::kBF16, 9, kGemvMmaWideRows + 37, 96, 1.0f);
 }
 
 TEST(Gemv, FusedRmsNormOverGatheredRowsMatchesCpu) {

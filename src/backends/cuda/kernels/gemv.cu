@@ -1,9 +1,12 @@
 // Small-batch GEMV: one output row per warp, 16-byte weight loads (fetched before the PDL wait),
 // up to 8 activation rows per pass, an optional fused RMSNorm of the input; NVFP4 is decoded in
-// registers. Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp   Bench: flint bench.
+// registers. From kGemvMmaMinRows rows on, the plain (not gated, not expert) GEMV runs on tensor
+// cores instead (gemv_mma.cuh). Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp
+// Bench: flint bench.
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_core.cuh"
+#include "backends/cuda/kernels/gemv_mma.cuh"
 
 namespace flint::cuda {
 namespace {
@@ -18,6 +21,65 @@ __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? 4 : 1) gemv_kerne
   extern __shared__ float4 smem4[];
   dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, kGated, R>(args, reinterpret_cast<float*>(smem4));
+}
+
+// Two or more activation rows on tensor cores (gemv_mma.cuh): 16 output rows x 8 token rows per
+// block.
+template <DType W, int TM>
+__global__ void __launch_bounds__(dev::kGemvThreads) gemv_mma_kernel(GemvArgs args) {
+  extern __shared__ float4 smem4[];
+  dev::pdl_launch_dependents();
+  dev::gemv_mma_block<W, TM>(args, smem4);
+}
+
+template <DType W, int TM>
+void launch_mma_tm(const GemvArgs& a, cudaStream_t s) {
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<W, TM>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.a.out, dev::kMmaRows * TM)),
+                  static_cast<unsigned>(ceil_div(a.num_rows, dev::kMmaTokens)));
+  launch_pdl(gemv_mma_kernel<W, TM>, grid, dim3(dev::kGemvThreads),
+             static_cast<size_t>(dev::mma_smem_bytes<W>(a.a.in)), s, a);
+}
+
+// Outputs far beyond one wave of 16-row blocks (the LM head) take 64 rows per block, so that
+// fewer blocks stage the same activations.
+template <DType W>
+void launch_mma(const GemvArgs& a, cudaStream_t s) {
+  if (a.a.out >= kGemvMmaWideRows) {
+    launch_mma_tm<W, 4>(a, s);
+  } else {
+    launch_mma_tm<W, 1>(a, s);
+  }
+}
+
+// The tensor-core GEMV, when it serves this call: 2+ rows, NVFP4 or BF16 weights (a row scale is
+// applied after the sum), staged rows within shared memory.
+bool try_mma(const GemvArgs& a, cudaStream_t s) {
+  if (a.num_rows < kGemvMmaMinRows || a.a.num_experts != 1 || a.a.out == 0) return false;
+  switch (a.a.dtype) {
+    case DType::kNVFP4:
+      if (a.a.in % 64 != 0 || dev::mma_smem_bytes<DType::kNVFP4>(a.a.in) > kMaxSmemBytes) {
+        return false;
+      }
+      launch_mma<DType::kNVFP4>(a, s);
+      break;
+    case DType::kBF16:
+      if (a.a.in % 8 != 0 || dev::mma_smem_bytes<DType::kBF16>(a.a.in) > kMaxSmemBytes) {
+        return false;
+      }
+      launch_mma<DType::kBF16>(a, s);
+      break;
+    default:
+      return false;
+  }
+  FLINT_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 template <DType W, int NB, bool kGated, int R>
@@ -110,6 +172,7 @@ void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_
   FLINT_CHECK(w.num_experts == 1, "gemv: expert stack passed to the dense gemv");
   GemvArgs a{w, {},       x,        x_stride, x_rows,  norm.weight, norm.eps,
              y, y_stride, num_rows, 1,        nullptr, accumulate};
+  if (try_mma(a, s)) return;
   const int nb = nb_for(num_rows, w.in);
   launch<false>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);
 }

@@ -1,5 +1,6 @@
-// Tensor-core helpers shared by the prefill kernels (gemm.cu, prefill_attention.cu): mma.sync
-// m16n8k16 bf16 with f32 accumulation, ldmatrix, and cp.async with zero fill.
+// Tensor-core helpers shared by the prefill kernels (gemm.cu, prefill_attention.cu) and the
+// small-batch GEMV (gemv_mma.cuh): mma.sync m16n8k16 bf16/f16 with f32 accumulation, ldmatrix,
+// and cp.async with zero fill.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,6 +14,16 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                                          uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The same with f16 a and b.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

@@ -1,0 +1,328 @@
+// The GEMV of 2-8 activation rows on tensor cores (gemv.cu): a block computes 16 output rows for
+// 8 token rows with mma.sync m16n8k16, its 8 warps splitting K. The activations are staged once
+// per block as two 16-bit parts (hi + lo, ~22 mantissa bits: close to the f32 the CUDA-core GEMV
+// keeps); NVFP4 weights are decoded to exact f16 (code x sub-scale x 2^-7), BF16 weights feed the
+// mma as they are loaded. One dot product's chunks are spread over the four lanes of a quad and
+// the k slots of the mma; any order is fine for a sum, as long as a and b agree.
+// Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/kernels/gemv_core.cuh"
+#include "backends/cuda/kernels/mma.cuh"
+
+namespace flint::cuda::dev {
+
+inline constexpr int kMmaTokens = 8;  // the mma's n: activation rows per block
+inline constexpr int kMmaRows = 16;   // the mma's m: output rows per block
+inline constexpr int kMmaUnits = 4;   // chunk quads in flight per lane (per row), per pass
+
+// Staged activations: element e of token row n at half n * row_halves + (e / kChunk) *
+// (kChunk + 2) + e % kChunk. The pad word after each chunk and the row length (row_words % 32 ==
+// kRowWords) put the 32 lanes' b-fragment loads (8 rows x 4 chunks) on 32 distinct banks.
+template <DType W>
+struct MmaLayout;
+template <>
+struct MmaLayout<DType::kNVFP4> {
+  using Half = __half;
+  static constexpr int kChunk = 32;    // elements per weight chunk (Chunk<kNVFP4>)
+  static constexpr int kRowWords = 4;  // 17-word chunks: q x 17 = 0, 17, 2, 19 (mod 32)
+};
+template <>
+struct MmaLayout<DType::kBF16> {
+  using Half = __nv_bfloat16;
+  static constexpr int kChunk = 8;
+  static constexpr int kRowWords = 20;  // 5-word chunks: q x 5 = 0, 5, 10, 15 (mod 32)
+};
+
+template <DType W>
+__host__ __device__ constexpr int64_t mma_row_halves(int64_t K) {
+  using L = MmaLayout<W>;
+  const int64_t words = K / L::kChunk * (L::kChunk / 2 + 1);
+  return 2 * (words + ((L::kRowWords - words % 32) % 32 + 32) % 32);
+}
+
+// Dynamic shared memory of gemv_mma_block for rows of K elements.
+template <DType W>
+__host__ __device__ constexpr int64_t mma_smem_bytes(int64_t K) {
+  return 2 * kMmaTokens * mma_row_halves<W>(K) * 2;
+}
+
+__device__ __forceinline__ uint32_t pack_half2(__half a, __half b) {
+  return uint32_t(__half_as_ushort(a)) | (uint32_t(__half_as_ushort(b)) << 16);
+}
+__device__ __forceinline__ uint32_t pack_bf162(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return uint32_t(__bfloat16_as_ushort(a)) | (uint32_t(__bfloat16_as_ushort(b)) << 16);
+}
+
+// Stages token rows xrow[i] (i < nb) of x (normalised with args.norm when set) into hi/lo.
+// NVFP4 (f16 parts): each row is first multiplied by a power of two, 2^kx[i], that keeps it under
+// 2^14 (a bound from max |x|, the norm's 1/rms and max |norm weight|), so no part overflows f16;
+// unscale[i] = 2^-kx[i]. BF16 parts need no scaling (unscale 1). Ends with __syncthreads().
+template <DType W>
+__device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* hi,
+                                               typename MmaLayout<W>::Half* lo, int64_t RS,
+                                               const GemvArgs& a, const int64_t (&xrow)[kMmaTokens],
+                                               int nb, int64_t K, float* unscale) {
+  using L = MmaLayout<W>;
+  constexpr int kWarps = kGemvWarps;
+  __shared__ float red_ss[kWarps][kMmaTokens], red_mx[kWarps][kMmaTokens], red_mw[kWarps];
+  __shared__ float row_mul[kMmaTokens];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n4 = K / 4;
+  const float4* nw = reinterpret_cast<const float4*>(a.norm);
+  float mw = 0.0f;
+  if (nw != nullptr) {
+    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+      const float4 w = __ldg(nw + j);
+      mw = fmaxf(mw, fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w))));
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMmaTokens; ++i) {
+    float ss = 0.0f, mx = 0.0f;
+    if (i < nb) {
+      const float4* src = reinterpret_cast<const float4*>(a.x + xrow[i] * a.x_stride);
+      for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+        const float4 v = src[j];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+      }
+    }
+    ss = warp_sum(ss);
+    mx = warp_max(mx);
+    if (lane == 0) {
+      red_ss[warp][i] = ss;
+      red_mx[warp][i] = mx;
+    }
+  }
+  mw = warp_max(mw);
+  if (lane == 0) red_mw[warp] = mw;
+  __syncthreads();
+  if (threadIdx.x < kMmaTokens) {
+    const int i = threadIdx.x;
+    float ss = 0.0f, mx = 0.0f, wmax = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      ss += red_ss[w][i];
+      mx = fmaxf(mx, red_mx[w][i]);
+      wmax = fmaxf(wmax, red_mw[w]);
+    }
+    const float inv = a.norm != nullptr ? rsqrtf(ss / static_cast<float>(K) + a.eps) : 1.0f;
+    float mul = inv, un = 1.0f;
+    if constexpr (W == DType::kNVFP4) {
+      const float bound = mx * inv * (a.norm != nullptr ? wmax : 1.0f);
+      int e = 0;
+      if (bound > 0.0f && isfinite(bound)) {
+        frexpf(bound, &e);  // bound < 2^e
+        e = max(-100, min(100, 14 - e));
+        mul = inv * exp2f(static_cast<float>(e));
+        un = exp2f(static_cast<float>(-e));
+      }
+    }
+    row_mul[i] = mul;
+    unscale[i] = un;
+  }
+  __syncthreads();
+  for (int i = 0; i < nb; ++i) {
+    const float4* src = reinterpret_cast<const float4*>(a.x + xrow[i] * a.x_stride);
+    const float mul = row_mul[i];
+    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+      float4 v = src[j];
+      if (nw != nullptr) {
+        const float4 w = __ldg(nw + j);
+        v.x *= w.x;
+        v.y *= w.y;
+        v.z *= w.z;
+        v.w *= w.w;
+      }
+      const float f[4] = {v.x * mul, v.y * mul, v.z * mul, v.w * mul};
+      uint32_t h[2], l[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        if constexpr (W == DType::kNVFP4) {
+          const __half h0 = __float2half_rn(f[2 * k]), h1 = __float2half_rn(f[2 * k + 1]);
+          h[k] = pack_half2(h0, h1);
+          l[k] = pack_half2(__float2half_rn(f[2 * k] - __half2float(h0)),
+                            __float2half_rn(f[2 * k + 1] - __half2float(h1)));
+        } else {
+          const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * k]);
+          const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * k + 1]);
+          h[k] = pack_bf162(h0, h1);
+          l[k] = pack_bf162(__float2bfloat16_rn(f[2 * k] - __bfloat162float(h0)),
+                            __float2bfloat16_rn(f[2 * k + 1] - __bfloat162float(h1)));
+        }
+      }
+      const int64_t e = 4 * j;
+      const int64_t off = i * RS + e / L::kChunk * (L::kChunk + 2) + e % L::kChunk;
+      uint32_t* ph = reinterpret_cast<uint32_t*>(hi + off);
+      uint32_t* pl = reinterpret_cast<uint32_t*>(lo + off);
+      ph[0] = h[0];
+      ph[1] = h[1];
+      pl[0] = l[0];
+      pl[1] = l[1];
+    }
+  }
+  __syncthreads();
+}
+
+// Two E2M1 codes (nibbles at bits 0 and 16) as 2^-15 x their doubled value, an f16 pair.
+__device__ __forceinline__ uint32_t e2m1x2_to_f16x2(uint32_t v) {
+  return ((v & 0x00070007u) << 9) | ((v & 0x00080008u) << 12);
+}
+
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, __half2 s) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), s);
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// c += the chunk pair (rows m and m + 8 of the tile, chunk `chunk` of each) times the staged
+// activations of token n = lane / 4 (b = 0 for n >= nb or chunk >= nc).
+template <DType W>
+__device__ __forceinline__ void mma_chunk(float (&c)[4], const Chunk<W>& wa, const Chunk<W>& wb,
+                                          int64_t chunk, bool live,
+                                          const typename MmaLayout<W>::Half* hi,
+                                          const typename MmaLayout<W>::Half* lo) {
+  using L = MmaLayout<W>;
+  const int64_t base = chunk * (L::kChunk + 2);
+  auto b_pair = [&](const typename MmaLayout<W>::Half* x, int64_t e) -> uint32_t {
+    return live ? *reinterpret_cast<const uint32_t*>(x + base + e) : 0u;
+  };
+  if constexpr (W == DType::kNVFP4) {
+    // Sub-block scales x 2^8 (exact in f16): a = code x scale x 2^-7.
+    const __half2 sa[2] = {__float2half2_rn(ue4m3_half(wa.s & 0xffu) * 256.0f),
+                           __float2half2_rn(ue4m3_half(wa.s >> 8) * 256.0f)};
+    const __half2 sb[2] = {__float2half2_rn(ue4m3_half(wb.s & 0xffu) * 256.0f),
+                           __float2half2_rn(ue4m3_half(wb.s >> 8) * 256.0f)};
+    const uint32_t qa[4] = {wa.q.x, wa.q.y, wa.q.z, wa.q.w};
+    const uint32_t qb[4] = {wb.q.x, wb.q.y, wb.q.z, wb.q.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      // Step i: bytes 2p, 2p + 1 of sub-block s (p = i % 4): elements 2p, 2p + 1 (low nibbles)
+      // in k slots 2q, 2q + 1, and 2p + 8, 2p + 9 (high nibbles) in k slots 2q + 8, 2q + 9.
+      const int s = i >> 2, p = i & 3;
+      const uint32_t sel = (p & 1) ? 0x4342u : 0x4140u;
+      const uint32_t va = __byte_perm(qa[2 * s + (p >> 1)], 0u, sel);
+      const uint32_t vb = __byte_perm(qb[2 * s + (p >> 1)], 0u, sel);
+      const uint32_t a[4] = {
+          hmul2_bits(e2m1x2_to_f16x2(va), sa[s]), hmul2_bits(e2m1x2_to_f16x2(vb), sb[s]),
+          hmul2_bits(e2m1x2_to_f16x2(va >> 4), sa[s]), hmul2_bits(e2m1x2_to_f16x2(vb >> 4), sb[s])};
+      const int64_t e = 16 * s + 2 * p;
+      mma_f16(c, a, b_pair(hi, e), b_pair(hi, e + 8));
+      mma_f16(c, a, b_pair(lo, e), b_pair(lo, e + 8));
+    }
+  } else {
+    const uint32_t ra[4] = {wa.raw.x, wa.raw.y, wa.raw.z, wa.raw.w};
+    const uint32_t rb[4] = {wb.raw.x, wb.raw.y, wb.raw.z, wb.raw.w};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      // Step j: elements 4j, 4j + 1 in k slots 2q, 2q + 1; 4j + 2, 4j + 3 in 2q + 8, 2q + 9.
+      const uint32_t a[4] = {ra[2 * j], rb[2 * j], ra[2 * j + 1], rb[2 * j + 1]};
+      mma_bf16(c, a, b_pair(hi, 4 * j), b_pair(hi, 4 * j + 2));
+      mma_bf16(c, a, b_pair(lo, 4 * j), b_pair(lo, 4 * j + 2));
+    }
+  }
+}
+
+template <DType W>
+__device__ __forceinline__ void zero_chunk(Chunk<W>& w) {
+  if constexpr (W == DType::kNVFP4) {
+    w.q = make_uint4(0, 0, 0, 0);
+    w.s = 0;
+  } else {
+    w.raw = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// y rows [16 TM blockIdx.x, +16 TM) for token rows [8 blockIdx.y, +8) (dense mode of GemvArgs:
+// x_rows, norm, accumulate; not gated, not experts). TM > 1 shares one staging of the activations
+// among TM row tiles (the LM head's thousands of blocks would otherwise each stage them). Every
+// thread of the block must call it; it performs the PDL wait itself (after requesting its first
+// weights).
+template <DType W, int TM>
+__device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem) {
+  using L = MmaLayout<W>;
+  using C = Chunk<W>;
+  using H = typename L::Half;
+  constexpr int kWarps = kGemvWarps, U = kMmaUnits / TM, kRows = kMmaRows * TM;
+  static_assert(U >= 1 && U * TM == kMmaUnits, "TM must divide kMmaUnits");
+  __shared__ float red[kWarps][kRows][kMmaTokens];
+  __shared__ float unscale[kMmaTokens];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m = lane >> 2, q = lane & 3;
+  const int64_t K = args.a.in, out = args.a.out, nc = K / L::kChunk, RS = mma_row_halves<W>(K);
+  const int64_t units = (nc + 3) / 4;  // chunk quads; quad u goes to warp u % 8
+  const int64_t r0 = int64_t(blockIdx.x) * kRows;
+  H* hi = static_cast<H*>(smem);
+  H* lo = hi + kMmaTokens * RS;
+  C wa[TM][U], wb[TM][U];
+  auto load = [&](int64_t pass) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t chunk = 4 * (warp + kWarps * (pass * U + u)) + q;
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        zero_chunk(wa[t][u]);
+        zero_chunk(wb[t][u]);
+        const int64_t row_a = r0 + kMmaRows * t + m, row_b = row_a + 8;
+        if (chunk < nc) {
+          if (row_a < out) wa[t][u].load(args.a, row_a, chunk);
+          if (row_b < out) wb[t][u].load(args.a, row_b, chunk);
+        }
+      }
+    }
+  };
+  load(0);  // weights do not depend on earlier kernels
+  pdl_wait();
+  const int g = blockIdx.y;
+  const int64_t y_row0 = int64_t(g) * kMmaTokens;
+  const int nb = min(kMmaTokens, args.num_rows - g * kMmaTokens);
+  int64_t xrow[kMmaTokens];
+#pragma unroll
+  for (int i = 0; i < kMmaTokens; ++i) {
+    xrow[i] = 0;
+    if (i < nb) xrow[i] = args.x_rows != nullptr ? args.x_rows[y_row0 + i] : y_row0 + i;
+  }
+  stage_mma_rows<W>(hi, lo, RS, args, xrow, nb, K, unscale);
+  const H* xh = hi + m * RS;
+  const H* xl = lo + m * RS;
+  float c[TM][4];
+#pragma unroll
+  for (int t = 0; t < TM; ++t) c[t][0] = c[t][1] = c[t][2] = c[t][3] = 0.0f;
+  const int64_t passes = (units + int64_t(kWarps) * U - 1) / (int64_t(kWarps) * U);
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    if (pass > 0) load(pass);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t quad = warp + kWarps * (pass * U + u);
+      if (quad >= units) break;
+      const int64_t chunk = 4 * quad + q;
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        mma_chunk<W>(c[t], wa[t][u], wb[t][u], chunk, chunk < nc && m < nb, xh, xl);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+    red[warp][kMmaRows * t + m][2 * q] = c[t][0];
+    red[warp][kMmaRows * t + m][2 * q + 1] = c[t][1];
+    red[warp][kMmaRows * t + m + 8][2 * q] = c[t][2];
+    red[warp][kMmaRows * t + m + 8][2 * q + 1] = c[t][3];
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < kRows * kMmaTokens; k += blockDim.x) {
+    const int r = k / kMmaTokens, i = k % kMmaTokens;
+    const int64_t row = r0 + r;
+    if (row < out && i < nb) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += red[w][r][i];
+      v *= unscale[i] * row_scale(args.a, row) * (W == DType::kNVFP4 ? 128.0f : 1.0f);
+      float* yp = args.y + (y_row0 + i) * args.y_stride + row;
+      *yp = args.accumulate ? *yp + v : v;
+    }
+  }
+}
+
+}  // namespace flint::cuda::dev
