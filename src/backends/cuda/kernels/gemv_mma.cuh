@@ -44,10 +44,10 @@ __host__ __device__ constexpr int64_t mma_row_halves(int64_t K) {
   return 2 * (words + ((L::kRowWords - words % 32) % 32 + 32) % 32);
 }
 
-// Dynamic shared memory of gemv_mma_block for rows of K elements.
-template <DType W>
+// Dynamic shared memory of gemv_mma_block for rows of K elements split into kParts parts.
+template <DType W, int kParts = 2>
 __host__ __device__ constexpr int64_t mma_smem_bytes(int64_t K) {
-  return 2 * kMmaTokens * mma_row_halves<W>(K) * 2;
+  return kParts * kMmaTokens * mma_row_halves<W>(K) * 2;
 }
 
 __device__ __forceinline__ uint32_t pack_half2(__half a, __half b) {
@@ -57,13 +57,14 @@ __device__ __forceinline__ uint32_t pack_bf162(__nv_bfloat16 a, __nv_bfloat16 b)
   return uint32_t(__bfloat16_as_ushort(a)) | (uint32_t(__bfloat16_as_ushort(b)) << 16);
 }
 
-// Stages token rows xrow[i] (i < nb) of x (normalised with args.norm when set) into hi/lo.
+// Stages token rows xrow[i] (i < nb) of x (normalised with args.norm when set) as kParts 16-bit
+// parts (each the rounding of what the earlier ones left; part p at parts + p * 8 * RS): two keep
+// ~16 (bf16) or ~22 (f16) mantissa bits, three (bf16) all of f32's 24.
 // NVFP4 (f16 parts): each row is first multiplied by a power of two, 2^kx[i], that keeps it under
 // 2^14 (a bound from max |x|, the norm's 1/rms and max |norm weight|), so no part overflows f16;
 // unscale[i] = 2^-kx[i]. BF16 parts need no scaling (unscale 1). Ends with __syncthreads().
-template <DType W>
-__device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* hi,
-                                               typename MmaLayout<W>::Half* lo, int64_t RS,
+template <DType W, int kParts>
+__device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* parts, int64_t RS,
                                                const GemvArgs& a, const int64_t (&xrow)[kMmaTokens],
                                                int nb, int64_t K, float* unscale) {
   using L = MmaLayout<W>;
@@ -137,31 +138,28 @@ __device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* hi,
         v.z *= w.z;
         v.w *= w.w;
       }
-      const float f[4] = {v.x * mul, v.y * mul, v.z * mul, v.w * mul};
-      uint32_t h[2], l[2];
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        if constexpr (W == DType::kNVFP4) {
-          const __half h0 = __float2half_rn(f[2 * k]), h1 = __float2half_rn(f[2 * k + 1]);
-          h[k] = pack_half2(h0, h1);
-          l[k] = pack_half2(__float2half_rn(f[2 * k] - __half2float(h0)),
-                            __float2half_rn(f[2 * k + 1] - __half2float(h1)));
-        } else {
-          const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * k]);
-          const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * k + 1]);
-          h[k] = pack_bf162(h0, h1);
-          l[k] = pack_bf162(__float2bfloat16_rn(f[2 * k] - __bfloat162float(h0)),
-                            __float2bfloat16_rn(f[2 * k + 1] - __bfloat162float(h1)));
-        }
-      }
+      float f[4] = {v.x * mul, v.y * mul, v.z * mul, v.w * mul};
       const int64_t e = 4 * j;
       const int64_t off = i * RS + e / L::kChunk * (L::kChunk + 2) + e % L::kChunk;
-      uint32_t* ph = reinterpret_cast<uint32_t*>(hi + off);
-      uint32_t* pl = reinterpret_cast<uint32_t*>(lo + off);
-      ph[0] = h[0];
-      ph[1] = h[1];
-      pl[0] = l[0];
-      pl[1] = l[1];
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) {
+        uint32_t* dst = reinterpret_cast<uint32_t*>(parts + part * kMmaTokens * RS + off);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if constexpr (W == DType::kNVFP4) {
+            const __half h0 = __float2half_rn(f[2 * k]), h1 = __float2half_rn(f[2 * k + 1]);
+            dst[k] = pack_half2(h0, h1);
+            f[2 * k] -= __half2float(h0);
+            f[2 * k + 1] -= __half2float(h1);
+          } else {
+            const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * k]);
+            const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * k + 1]);
+            dst[k] = pack_bf162(h0, h1);
+            f[2 * k] -= __bfloat162float(h0);
+            f[2 * k + 1] -= __bfloat162float(h1);
+          }
+        }
+      }
     }
   }
   __syncthreads();
@@ -178,16 +176,17 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, __half2 s) {
 }
 
 // c += the chunk pair (rows m and m + 8 of the tile, chunk `chunk` of each) times the staged
-// activations of token n = lane / 4 (b = 0 for n >= nb or chunk >= nc).
-template <DType W>
+// activations of token n = lane / 4, all kParts parts (x: part 0 of the token's row, the parts
+// part_stride halves apart; b = 0 for n >= nb or chunk >= nc).
+template <DType W, int kParts>
 __device__ __forceinline__ void mma_chunk(float (&c)[4], const Chunk<W>& wa, const Chunk<W>& wb,
                                           int64_t chunk, bool live,
-                                          const typename MmaLayout<W>::Half* hi,
-                                          const typename MmaLayout<W>::Half* lo) {
+                                          const typename MmaLayout<W>::Half* x,
+                                          int64_t part_stride) {
   using L = MmaLayout<W>;
   const int64_t base = chunk * (L::kChunk + 2);
-  auto b_pair = [&](const typename MmaLayout<W>::Half* x, int64_t e) -> uint32_t {
-    return live ? *reinterpret_cast<const uint32_t*>(x + base + e) : 0u;
+  auto b_pair = [&](const typename MmaLayout<W>::Half* xp, int64_t e) -> uint32_t {
+    return live ? *reinterpret_cast<const uint32_t*>(xp + base + e) : 0u;
   };
   if constexpr (W == DType::kNVFP4) {
     // Sub-block scales x 2^8 (exact in f16): a = code x scale x 2^-7.
@@ -209,8 +208,11 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const Chunk<W>& wa, con
           hmul2_bits(e2m1x2_to_f16x2(va), sa[s]), hmul2_bits(e2m1x2_to_f16x2(vb), sb[s]),
           hmul2_bits(e2m1x2_to_f16x2(va >> 4), sa[s]), hmul2_bits(e2m1x2_to_f16x2(vb >> 4), sb[s])};
       const int64_t e = 16 * s + 2 * p;
-      mma_f16(c, a, b_pair(hi, e), b_pair(hi, e + 8));
-      mma_f16(c, a, b_pair(lo, e), b_pair(lo, e + 8));
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) {
+        const auto* xp = x + part * part_stride;
+        mma_f16(c, a, b_pair(xp, e), b_pair(xp, e + 8));
+      }
     }
   } else {
     const uint32_t ra[4] = {wa.raw.x, wa.raw.y, wa.raw.z, wa.raw.w};
@@ -219,8 +221,11 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const Chunk<W>& wa, con
     for (int j = 0; j < 2; ++j) {
       // Step j: elements 4j, 4j + 1 in k slots 2q, 2q + 1; 4j + 2, 4j + 3 in 2q + 8, 2q + 9.
       const uint32_t a[4] = {ra[2 * j], rb[2 * j], ra[2 * j + 1], rb[2 * j + 1]};
-      mma_bf16(c, a, b_pair(hi, 4 * j), b_pair(hi, 4 * j + 2));
-      mma_bf16(c, a, b_pair(lo, 4 * j), b_pair(lo, 4 * j + 2));
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) {
+        const auto* xp = x + part * part_stride;
+        mma_bf16(c, a, b_pair(xp, 4 * j), b_pair(xp, 4 * j + 2));
+      }
     }
   }
 }
@@ -240,7 +245,7 @@ __device__ __forceinline__ void zero_chunk(Chunk<W>& w) {
 // among TM row tiles (the LM head's thousands of blocks would otherwise each stage them). Every
 // thread of the block must call it; it performs the PDL wait itself (after requesting its first
 // weights).
-template <DType W, int TM>
+template <DType W, int TM, int kParts = 2>
 __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem) {
   using L = MmaLayout<W>;
   using C = Chunk<W>;
@@ -253,8 +258,7 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
   const int64_t K = args.a.in, out = args.a.out, nc = K / L::kChunk, RS = mma_row_halves<W>(K);
   const int64_t units = (nc + 3) / 4;  // chunk quads; quad u goes to warp u % 8
   const int64_t r0 = int64_t(blockIdx.x) * kRows;
-  H* hi = static_cast<H*>(smem);
-  H* lo = hi + kMmaTokens * RS;
+  H* parts = static_cast<H*>(smem);
   C wa[TM][U], wb[TM][U];
   auto load = [&](int64_t pass) {
 #pragma unroll
@@ -283,9 +287,8 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
     xrow[i] = 0;
     if (i < nb) xrow[i] = args.x_rows != nullptr ? args.x_rows[y_row0 + i] : y_row0 + i;
   }
-  stage_mma_rows<W>(hi, lo, RS, args, xrow, nb, K, unscale);
-  const H* xh = hi + m * RS;
-  const H* xl = lo + m * RS;
+  stage_mma_rows<W, kParts>(parts, RS, args, xrow, nb, K, unscale);
+  const H* x = parts + m * RS;
   float c[TM][4];
 #pragma unroll
   for (int t = 0; t < TM; ++t) c[t][0] = c[t][1] = c[t][2] = c[t][3] = 0.0f;
@@ -299,7 +302,8 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
       const int64_t chunk = 4 * quad + q;
 #pragma unroll
       for (int t = 0; t < TM; ++t) {
-        mma_chunk<W>(c[t], wa[t][u], wb[t][u], chunk, chunk < nc && m < nb, xh, xl);
+        mma_chunk<W, kParts>(c[t], wa[t][u], wb[t][u], chunk, chunk < nc && m < nb, x,
+                             kMmaTokens * RS);
       }
     }
   }
