@@ -9,25 +9,25 @@
 
 namespace flint::cuda::dev {
 
-// d += a * b for one m16n8k16 tile (a: 4 regs of bf16x2, b: 2 regs, d: 4 f32).
+// d += a * b for one m16n8k16 tile (a: 4 regs of bf16x2 or f16x2, b: 2 regs, d: 4 f32). The
+// PTX differs only in the element type, spelled by the macro's argument.
+#define FLINT_MMA_16816(type, d, a, b0, b1)                                   \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type         \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  FLINT_MMA_16816("bf16", d, a, b0, b1);
 }
 
-// The same with f16 a and b.
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  FLINT_MMA_16816("f16", d, a, b0, b1);
 }
+
+#undef FLINT_MMA_16816
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
