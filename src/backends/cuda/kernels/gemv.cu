@@ -23,8 +23,8 @@ __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? 4 : 1) gemv_kerne
   dev::gemv_block<W, NB, kGated, R>(args, reinterpret_cast<float*>(smem4));
 }
 
-// Two or more activation rows on tensor cores (gemv_mma.cuh): 16 output rows x 8 token rows per
-// block.
+// kGemvMmaMinRows+ activation rows on tensor cores (gemv_mma.cuh): 16 TM output rows x 8 token
+// rows per block.
 template <DType W, int TM>
 __global__ void __launch_bounds__(dev::kGemvThreads) gemv_mma_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
@@ -58,21 +58,18 @@ void launch_mma(const GemvArgs& a, cudaStream_t s) {
   }
 }
 
-// The tensor-core GEMV, when it serves this call: 2+ rows, NVFP4 or BF16 weights (a row scale is
-// applied after the sum), staged rows within shared memory.
+// The tensor-core GEMV, when it serves this call: kGemvMmaMinRows+ rows, NVFP4 or BF16 weights (a
+// row scale is applied after the sum; check_weight has made `in` a multiple of their chunk),
+// staged rows within shared memory.
 bool try_mma(const GemvArgs& a, cudaStream_t s) {
   if (a.num_rows < kGemvMmaMinRows || a.a.num_experts != 1 || a.a.out == 0) return false;
   switch (a.a.dtype) {
     case DType::kNVFP4:
-      if (a.a.in % 64 != 0 || dev::mma_smem_bytes<DType::kNVFP4>(a.a.in) > kMaxSmemBytes) {
-        return false;
-      }
+      if (dev::mma_smem_bytes<DType::kNVFP4>(a.a.in) > kMaxSmemBytes) return false;
       launch_mma<DType::kNVFP4>(a, s);
       break;
     case DType::kBF16:
-      if (a.a.in % 8 != 0 || dev::mma_smem_bytes<DType::kBF16>(a.a.in) > kMaxSmemBytes) {
-        return false;
-      }
+      if (dev::mma_smem_bytes<DType::kBF16>(a.a.in) > kMaxSmemBytes) return false;
       launch_mma<DType::kBF16>(a, s);
       break;
     default:

@@ -1,10 +1,11 @@
-// The GEMV of 2-8 activation rows on tensor cores (gemv.cu): a block computes 16 output rows for
-// 8 token rows with mma.sync m16n8k16, its 8 warps splitting K. The activations are staged once
-// per block as two 16-bit parts (hi + lo, ~22 mantissa bits: close to the f32 the CUDA-core GEMV
-// keeps); NVFP4 weights are decoded to exact f16 (code x sub-scale x 2^-7), BF16 weights feed the
-// mma as they are loaded. One dot product's chunks are spread over the four lanes of a quad and
-// the k slots of the mma; any order is fine for a sum, as long as a and b agree.
-// Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp
+// The GEMV of a few activation rows on tensor cores (gemv.cu from kGemvMmaMinRows rows, the
+// router in moe_router.cu): a block computes 16 (or 64) output rows for 8 token rows with
+// mma.sync m16n8k16, its 8 warps splitting K. The activations are staged once per block as two
+// or three 16-bit parts (hi + lo: ~22 mantissa bits in f16, ~16 in bf16, close to the f32 the
+// CUDA-core GEMV keeps; three bf16 parts keep all 24); NVFP4 weights are decoded to exact f16
+// (code x sub-scale x 2^-7), BF16 weights feed the mma as they are loaded. One dot product's chunks
+// are spread over the four lanes of a quad and the k slots of the mma; any order is fine for a sum,
+// as long as a and b agree. Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp
 #pragma once
 
 #include <cuda_bf16.h>

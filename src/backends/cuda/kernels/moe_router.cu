@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs 
 
 // BF16 router weights and kRouteMmaMinRows+ token rows: the logits on tensor cores, the
 // activations in three bf16 parts (all 24 bits of f32: logits as close to the CPU's as the f32
-// GEMV's, so near-tied picks agree as often), then
-// the same tail (its scratch reuses the staged rows' shared memory).
+// GEMV's, so near-tied picks agree as often), then the same tail (its scratch reuses the staged
+// rows' shared memory).
 constexpr int kRouteParts = 3;
 // H200, NVFP4 at 1K context, against the CUDA-core router: 3 rows 0.6% slower (4.404 -> 4.430 ms
 // a step), 8 rows 3.4% faster (8.516 -> 8.229); 4-7 rows were not measured.
@@ -75,13 +75,13 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_mma_kernel(RouteA
   route_tail(a, reinterpret_cast<float*>(smem4));
 }
 
-// Launches moe_route_mma_kernel if it serves this call.
+// Launches moe_route_mma_kernel if it serves this call (moe_route has checked in % 8 for BF16).
 bool try_mma(const RouteArgs& a, cudaStream_t s) {
   const int64_t K = a.g.a.in;
   const size_t smem =
       std::max<size_t>(dev::mma_smem_bytes<DType::kBF16, kRouteParts>(K),
                        size_t(dev::kGemvWarps) * 2 * a.r.num_experts * sizeof(float));
-  if (a.g.num_rows < kRouteMmaMinRows || K % 8 != 0 || smem > size_t(kMaxSmemBytes)) return false;
+  if (a.g.num_rows < kRouteMmaMinRows || smem > size_t(kMaxSmemBytes)) return false;
   static const bool configured = [] {
     FLINT_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
