@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -59,19 +60,43 @@ void add_rows(RowStats& st, const std::vector<float>& want, const std::vector<fl
   }
 }
 
+// A tiny model on the CPU and the GPU backend, both with a bf16 KV cache for `steps`.
+struct BackendPair {
+  cpu::testing::TinyModel m;
+  cpu::CpuBackend cpu_be;
+  std::unique_ptr<CudaBackend> gpu_be;
+
+  BackendPair(const TinyOptions& o, const cpu::SimpleSteps& steps)
+      : m(cpu::testing::make_tiny_model(o)), cpu_be(m.weights, 2) {
+    auto g = CudaBackend::create(m.weights);
+    EXPECT_TRUE(g.has_value());
+    if (!g) return;
+    gpu_be = std::move(g).value();
+    EXPECT_TRUE(cpu_be.init_kv_cache(steps.kv_spec(DType::kBF16)));
+    EXPECT_TRUE(gpu_be->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  }
+
+  // Runs `in` on both; adds its logits rows to st unless st is null. False if the GPU failed.
+  bool forward(const model::StepInput& in, RowStats* st, double tol) {
+    const int64_t V = m.weights.config.vocab_size;
+    std::vector<float> want(in.logits_indices.size() * V), got(want.size());
+    EXPECT_TRUE(cpu_be.forward(in, want));
+    const Status gs = gpu_be->forward(in, got);
+    EXPECT_TRUE(gs) << gs.error().message;
+    if (!gs) return false;
+    if (st != nullptr) add_rows(*st, want, got, in.logits_indices.size(), V, tol);
+    return true;
+  }
+};
+
 // Runs six mixed steps (every one over the prefill threshold) on both backends.
 RowStats run_case(const Case& k, int64_t top_k, double tol) {
   const TinyOptions o = case_options(k, top_k, 81);
-  const auto m = cpu::testing::make_tiny_model(o);
   const int64_t V = o.vocab_size;
   RowStats st;
-  cpu::CpuBackend cpu_be(m.weights, 2);
-  auto gpu_be = CudaBackend::create(m.weights);
-  EXPECT_TRUE(gpu_be.has_value());
-  if (!gpu_be) return st;
   cpu::SimpleSteps steps(3, 256, 16);
-  EXPECT_TRUE(cpu_be.init_kv_cache(steps.kv_spec(DType::kBF16)));
-  EXPECT_TRUE((*gpu_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  BackendPair b(o, steps);
+  if (!b.gpu_be) return st;
   std::mt19937_64 g(4);
   std::vector<std::vector<int32_t>> seqs(3, std::vector<int32_t>(200));
   for (auto& s : seqs)
@@ -88,12 +113,7 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
     }
     const model::StepInput step = steps.take();
     EXPECT_GT(step.num_tokens(), CudaForward::kPrefillMinTokens);
-    std::vector<float> want(step.logits_indices.size() * V), got(want.size());
-    EXPECT_TRUE(cpu_be.forward(step, want));
-    const Status gs = (*gpu_be)->forward(step, got);
-    EXPECT_TRUE(gs) << gs.error().message;
-    if (!gs) return st;
-    add_rows(st, want, got, step.logits_indices.size(), V, tol);
+    if (!b.forward(step, &st, tol)) return st;
   }
   return st;
 }
@@ -105,16 +125,11 @@ RowStats run_case(const Case& k, int64_t top_k, double tol) {
 template <class PromptLen>
 RowStats run_many_decode(const Case& k, int num_seqs, double tol, PromptLen prompt_len) {
   const TinyOptions o = case_options(k, 8, 83);
-  const auto m = cpu::testing::make_tiny_model(o);
   const int64_t V = o.vocab_size;
   RowStats st;
-  cpu::CpuBackend cpu_be(m.weights, 2);
-  auto gpu_be = CudaBackend::create(m.weights);
-  EXPECT_TRUE(gpu_be.has_value());
-  if (!gpu_be) return st;
   cpu::SimpleSteps steps(num_seqs, 128, 16);
-  EXPECT_TRUE(cpu_be.init_kv_cache(steps.kv_spec(DType::kBF16)));
-  EXPECT_TRUE((*gpu_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  BackendPair b(o, steps);
+  if (!b.gpu_be) return st;
   std::mt19937_64 g(5);
   for (int step = 0; step < 7; ++step) {
     for (int s = 0; s < num_seqs; ++s) {
@@ -125,13 +140,8 @@ RowStats run_many_decode(const Case& k, int num_seqs, double tol, PromptLen prom
     }
     const model::StepInput in = steps.take();
     EXPECT_EQ(in.logits_indices.size(), size_t(num_seqs));
-    std::vector<float> want(in.logits_indices.size() * V), got(want.size());
-    EXPECT_TRUE(cpu_be.forward(in, want));
-    const Status gs = (*gpu_be)->forward(in, got);
-    EXPECT_TRUE(gs) << gs.error().message;
-    if (!gs) return st;
-    if (step == 0) continue;  // the prompts: covered by the cases above
-    add_rows(st, want, got, in.logits_indices.size(), V, tol);
+    // The prompts (step 0) are covered by the cases above.
+    if (!b.forward(in, step == 0 ? nullptr : &st, tol)) return st;
   }
   return st;
 }
