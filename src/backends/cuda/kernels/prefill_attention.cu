@@ -1,8 +1,9 @@
-// Prefill attention, flash-attention style: a block owns 128 (query, head) rows of one KV head
-// (128/G queries x the G query heads sharing that KV head), streams 64-key K/V tiles through
-// double-buffered shared memory (cp.async), computes S = Q K^T and O += P V with mma.sync
-// m16n8k16 (bf16 in, f32 accumulate) and keeps the softmax online in f32, the sink folded in as
-// the initial running max. Reference: backends/cpu/ops/attention.cpp
+// Prefill attention, flash-attention style: a block of 4 warps owns 128 (query, head) rows of one
+// KV head (128/G queries x the G query heads sharing that KV head), 32 rows per warp, and two
+// blocks share an SM. It streams 64-key K/V tiles through double-buffered shared memory
+// (cp.async), computes S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, f32 accumulate)
+// and keeps the softmax online in f32, the sink folded in as the initial running max.
+// Reference: backends/cpu/ops/attention.cpp
 // Test: tests/kernels/prefill_attention_test.cpp
 #include <cmath>
 
@@ -13,11 +14,13 @@
 namespace flint::cuda {
 namespace {
 
-// (query, head) rows per block: kWarps x 16. Every block streams all of its keys from L2, so the
-// K/V traffic is (rows of the step / rows per block) x keys: with 64-row blocks the last chunks of
-// a 100K-token prefill read an estimated 3 TB of K/V each from L2 (130 TFLOP/s measured), so
-// the forward pass uses 128 (PrefillAttentionArgs::rows_per_block).
-constexpr int kKeys = 64;  // keys per tile
+// (query, head) rows per block: kWarps x 16 x kMt. Every block streams all of its keys from L2, so
+// the K/V traffic is (rows of the step / rows per block) x keys: with 64-row blocks the last chunks
+// of a 100K-token prefill read an estimated 3 TB of K/V each from L2 (130 TFLOP/s measured), so the
+// forward pass uses 128 (PrefillAttentionArgs::rows_per_block), as 4 warps of two m-tiles: 8 warps
+// of one m-tile took 601 ms for the 14 full layers of a 100K prompt's last 4K chunk, 4 warps of two
+// 494 ms (2 blocks per SM at 255 registers), 8 warps of two 499 ms, 32-key tiles 540 ms (H200,
+// eighth session).
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 2^x (MUFU ex2, flushing denormals); -inf gives 0.
@@ -27,7 +30,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-template <int D, int kRows>
+template <int D, int kRows, int kKeys>
 constexpr int smem_bytes() {
   return (kRows + 4 * kKeys) * (D + 8) * 2;
 }
@@ -44,11 +47,16 @@ struct Params {
   bool sliding;
 };
 
-template <int D, int G, int kWarps>
-__global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(const Params p) {
-  constexpr int kRows = kWarps * 16, kThreads = kWarps * 32;
+// kMt: 16-row m-tiles per warp. Two let every K/V fragment loaded from shared memory feed two
+// mma (shared-memory bandwidth, not the tensor cores, bounds one m-tile per warp); Q then comes
+// from shared memory at each tile instead of registers.
+template <int D, int G, int kWarps, int kMt, int kKeys>
+__global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
+    prefill_attention_kernel(const Params p) {
+  constexpr int kRows = kWarps * 16 * kMt, kThreads = kWarps * 32;
   constexpr int kLd = D + 8;
   constexpr int kQt = kRows / G;  // queries per block
+  constexpr bool kQInRegs = kMt == 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* ks = qs + kRows * kLd;  // [2][kKeys][kLd]
@@ -138,26 +146,35 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(const Pa
   dev::cp_async_commit();
   __syncthreads();  // Q in shared memory
 
-  uint32_t qf[D / 16][4];
+  const int warp_row = warp * 16 * kMt;
+  // This warp's Q fragment of m-tile mt, k-slice kk.
+  auto load_q = [&](uint32_t(&a)[4], int mt, int kk) {
+    dev::ldmatrix_x4(a, qs + (warp_row + mt * 16 + (lane & 15)) * kLd + kk * 16 + (lane >> 4) * 8);
+  };
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    dev::ldmatrix_x4(qf[kk], qs + (warp * 16 + (lane & 15)) * kLd + kk * 16 + (lane >> 4) * 8);
+    for (int kk = 0; kk < D / 16; ++kk) load_q(qf[kk], 0, kk);
   }
 
   const int g = lane >> 2, c = lane & 3;
-  int row_q[2], row_h[2];
-  float m[2], l[2] = {0.f, 0.f}, sink2[2];
+  // Per thread: rows g and g + 8 of each m-tile, index mt * 2 + hr.
+  auto row_of = [&](int i) { return warp_row + (i >> 1) * 16 + g + (i & 1) * 8; };
+  auto sink2_of = [&](int i) {
+    return p.sinks != nullptr ? p.sinks[kvh * G + row_of(i) % G] * kLog2e : -INFINITY;
+  };
+  float m[2 * kMt], l[2 * kMt];
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int r = warp * 16 + g + hr * 8;
-    row_q[hr] = r / G;
-    row_h[hr] = kvh * G + r % G;
-    sink2[hr] = p.sinks != nullptr ? p.sinks[row_h[hr]] * kLog2e : -INFINITY;
-    m[hr] = sink2[hr];  // the sink joins the max; its exp is added to l at the end
+  for (int i = 0; i < 2 * kMt; ++i) {
+    m[i] = sink2_of(i);  // the sink joins the max; its exp is added to l at the end
+    l[i] = 0.f;
   }
-  float o[D / 8][4];
+  float o[kMt][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+  }
 
   for (int j = 0; j < num_tiles; ++j) {
     const int stage = j & 1;
@@ -173,122 +190,159 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_attention_kernel(const Pa
     const __nv_bfloat16* kt = ks + stage * kKeys * kLd;
     const __nv_bfloat16* vt = vs + stage * kKeys * kLd;
 
-    float sc[kKeys / 8][4];
+    float sc[kMt][kKeys / 8][4];
 #pragma unroll
-    for (int i = 0; i < kKeys / 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int i = 0; i < kKeys / 8; ++i)
+        sc[mt][i][0] = sc[mt][i][1] = sc[mt][i][2] = sc[mt][i][3] = 0.f;
+    }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kMt][4];
+      if constexpr (kQInRegs) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) qa[0][x] = qf[kk][x];
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) load_q(qa[mt], mt, kk);
+      }
 #pragma unroll
       for (int jp = 0; jp < kKeys / 16; ++jp) {
         uint32_t b[4];
         dev::ldmatrix_x4(b, kt + (jp * 16 + (lane & 7) + ((lane >> 4) << 3)) * kLd + kk * 16 +
                                 ((lane >> 3) & 1) * 8);
-        dev::mma_bf16(sc[2 * jp], qf[kk], b[0], b[1]);
-        dev::mma_bf16(sc[2 * jp + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          dev::mma_bf16(sc[mt][2 * jp], qa[mt], b[0], b[1]);
+          dev::mma_bf16(sc[mt][2 * jp + 1], qa[mt], b[2], b[3]);
+        }
       }
     }
     // Masks are needed only where the tile crosses a row's causal or window edge (or short rows).
     const bool need_mask = !(kb + kKeys - 1 <= p0 && (!p.sliding || kb > p_last - W) && nq == kQt);
+    // Masks and the max on the raw scores (the scale is positive); the scale is applied in the
+    // exponent's FMA, and O is rescaled only when some row of the warp has a new max.
+    if (need_mask) {
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
+      for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float s = sc[nt][e] * p.scale_log2;
-        if (need_mask) {
-          const int hr = e >> 1;
-          const int qpos = p0 + row_q[hr];
-          const int kp = kb + nt * 8 + 2 * c + (e & 1);
-          const bool ok = row_q[hr] < nq && kp <= qpos && (!p.sliding || kp > qpos - W);
-          if (!ok) s = -INFINITY;
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int rq = row_of(mt * 2 + (e >> 1)) / G;
+            const int qpos = p0 + rq;
+            const int kp = kb + nt * 8 + 2 * c + (e & 1);
+            const bool ok = rq < nq && kp <= qpos && (!p.sliding || kp > qpos - W);
+            if (!ok) sc[mt][nt][e] = -INFINITY;
+          }
         }
-        sc[nt][e] = s;
       }
     }
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(sc[nt][2 * hr], sc[nt][2 * hr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[hr], mx);
-      const float base = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = fast_exp2(m[hr] - base);
-      float sum = 0.f;
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = mt * 2 + hr;
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-        sc[nt][2 * hr] = fast_exp2(sc[nt][2 * hr] - base);
-        sc[nt][2 * hr + 1] = fast_exp2(sc[nt][2 * hr + 1] - base);
-        sum += sc[nt][2 * hr] + sc[nt][2 * hr + 1];
-      }
-      l[hr] = l[hr] * alpha + sum;
-      m[hr] = m_new;
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * hr], sc[mt][nt][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[i], mx * p.scale_log2);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        float sum = 0.f;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][2 * hr] *= alpha;
-        o[dt][2 * hr + 1] *= alpha;
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+          sc[mt][nt][2 * hr] = fast_exp2(fmaf(sc[mt][nt][2 * hr], p.scale_log2, -base));
+          sc[mt][nt][2 * hr + 1] = fast_exp2(fmaf(sc[mt][nt][2 * hr + 1], p.scale_log2, -base));
+          sum += sc[mt][nt][2 * hr] + sc[mt][nt][2 * hr + 1];
+        }
+        if (__any_sync(0xffffffffu, m_new != m[i])) {
+          const float alpha = fast_exp2(m[i] - base);
+          l[i] *= alpha;
+#pragma unroll
+          for (int dt = 0; dt < D / 8; ++dt) {
+            o[mt][dt][2 * hr] *= alpha;
+            o[mt][dt][2 * hr + 1] *= alpha;
+          }
+        }
+        l[i] += sum;
+        m[i] = m_new;
       }
     }
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = dev::pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-      a[1] = dev::pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-      a[2] = dev::pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-      a[3] = dev::pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+      uint32_t a[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        a[mt][0] = dev::pack_bf16(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        a[mt][1] = dev::pack_bf16(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        a[mt][2] = dev::pack_bf16(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        a[mt][3] = dev::pack_bf16(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
         dev::ldmatrix_x4_trans(b, vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd +
                                       dp * 16 + (lane >> 4) * 8);
-        dev::mma_bf16(o[2 * dp], a, b[0], b[1]);
-        dev::mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          dev::mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+          dev::mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // the next iteration's load overwrites this stage
   }
 
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float lt = l[hr];
-    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    if (p.sinks != nullptr) lt += exp2f(sink2[hr] - m[hr]);
-    if (row_q[hr] >= nq) continue;
-    const float inv = 1.0f / lt;
-    float* dst = p.out + int64_t(t0 + row_q[hr]) * H * D + int64_t(row_h[hr]) * D;
+  for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
-          make_float2(o[dt][2 * hr] * inv, o[dt][2 * hr + 1] * inv);
+    for (int hr = 0; hr < 2; ++hr) {
+      const int i = mt * 2 + hr;
+      float lt = l[i];
+      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+      if (p.sinks != nullptr) lt += exp2f(sink2_of(i) - m[i]);
+      const int r = row_of(i);
+      if (r / G >= nq) continue;
+      const float inv = 1.0f / lt;
+      float* dst = p.out + int64_t(t0 + r / G) * H * D + int64_t(kvh * G + r % G) * D;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
+            make_float2(o[mt][dt][2 * hr] * inv, o[mt][dt][2 * hr + 1] * inv);
+      }
     }
   }
 }
 
-template <int D, int G, int kWarps>
+template <int D, int G, int kWarps, int kMt, int kKeys>
 void launch(const Params& p, int num_tokens, cudaStream_t s) {
-  constexpr int kRows = kWarps * 16;
+  constexpr int kRows = kWarps * 16 * kMt;
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, G, kWarps>,
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel<D, G, kWarps, kMt, kKeys>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          smem_bytes<D, kRows>()));
+                                          smem_bytes<D, kRows, kKeys>()));
     return true;
   }();
   (void)configured;
   constexpr int kQt = kRows / G;
   const dim3 grid(static_cast<unsigned>(ceil_div(num_tokens, kQt) + p.num_seqs),
                   static_cast<unsigned>(p.num_kv_heads));
-  prefill_attention_kernel<D, G, kWarps><<<grid, kWarps * 32, smem_bytes<D, kRows>(), s>>>(p);
+  prefill_attention_kernel<D, G, kWarps, kMt, kKeys>
+      <<<grid, kWarps * 32, smem_bytes<D, kRows, kKeys>(), s>>>(p);
 }
 
 template <int D, int G>
 void launch_rows(const Params& p, int num_tokens, int rows, cudaStream_t s) {
   if (rows == 64) {
-    launch<D, G, 4>(p, num_tokens, s);
+    launch<D, G, 4, 1, 64>(p, num_tokens, s);
   } else {
     FLINT_CHECK(rows == 128, "prefill_attention: {} rows per block (64 or 128)", rows);
-    launch<D, G, 8>(p, num_tokens, s);
+    launch<D, G, 4, 2, 64>(p, num_tokens, s);
   }
 }
 

@@ -1,5 +1,6 @@
-// Q/K norm + RoPE + KV write: one warp per (token, head), the head staged in shared memory so the
-// NeoX pairs (j, j + D/2) can be rotated in place. Angles: dev::rope_cos_sin.
+// Q/K norm + RoPE + KV write: one warp per (token, head), four per block (one warp per block left
+// the SMs half empty: at most 32 resident blocks), the head staged in shared memory so the NeoX
+// pairs (j, j + D/2) can be rotated in place. Angles: dev::rope_cos_sin.
 // Reference: spec 2.3 steps 2-3 (tests/kernels/reference.h). Test:
 // tests/kernels/qk_norm_rope_kv_test.cu
 #include "backends/cuda/cuda_check.h"
@@ -10,6 +11,7 @@ namespace flint::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
+constexpr int kHeadsPerBlock = 4;  // one warp each
 
 __global__ void qk_norm_rope_kv_kernel(float* __restrict__ q_out, const float* __restrict__ qkv,
                                        const float* __restrict__ q_norm,
@@ -17,12 +19,14 @@ __global__ void qk_norm_rope_kv_kernel(float* __restrict__ q_out, const float* _
                                        __nv_bfloat16* __restrict__ k_step,
                                        __nv_bfloat16* __restrict__ v_step,
                                        const int32_t* __restrict__ positions, QkNormRopeArgs a) {
-  __shared__ float x[kMaxHeadDim];
+  __shared__ float xs[kHeadsPerBlock][kMaxHeadDim];
   const int t = blockIdx.x;
-  const int head = blockIdx.y;  // [0, H + 2 Hkv)
-  const int lane = threadIdx.x;
+  const int head = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);  // [0, H + 2 Hkv)
+  const int lane = threadIdx.x & 31;
   const int D = a.head_dim, half = D / 2;
   const int H = a.num_heads, Hkv = a.num_kv_heads;
+  if (head >= H + 2 * Hkv) return;  // the warps work alone: only warp-level syncs below
+  float* x = xs[threadIdx.x >> 5];
   const float* src = qkv + int64_t(t) * (H + 2 * Hkv) * D + int64_t(head) * D;
   const bool is_q = head < H;
   const bool is_k = !is_q && head < H + Hkv;
@@ -97,8 +101,8 @@ void qk_norm_rope_kv(float* q_out, const float* qkv, const float* q_norm, const 
   FLINT_CHECK(a.head_dim % 2 == 0 && a.head_dim <= kMaxHeadDim,
               "qk_norm_rope_kv: head_dim {} must be even and at most {}", a.head_dim, kMaxHeadDim);
   if (num_tokens == 0) return;
-  const dim3 grid(num_tokens, a.num_heads + 2 * a.num_kv_heads);
-  qk_norm_rope_kv_kernel<<<grid, 32, 0, s>>>(q_out, qkv, q_norm, k_norm, k_step, v_step, positions,
+  const dim3 grid(num_tokens, ceil_div(a.num_heads + 2 * a.num_kv_heads, kHeadsPerBlock));
+  qk_norm_rope_kv_kernel<<<grid, 32 * kHeadsPerBlock, 0, s>>>(q_out, qkv, q_norm, k_norm, k_step, v_step, positions,
                                              a);
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
