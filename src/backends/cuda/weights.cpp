@@ -325,8 +325,15 @@ Result<LinearRef> dummy_linear(WeightBuilder& b, DType dt, int64_t num_experts, 
     L.sc = static_cast<const uint8_t*>(scales);
     return L;
   }
+  const float amp = 1.0f / std::sqrt(static_cast<float>(in));
+  if (dt == DType::kF32) {
+    FLINT_ASSIGN_OR_RETURN(void* w, b.alloc(rows * in * 4));
+    fill_uniform_f32(static_cast<float*>(w), rows * in, -amp, amp, seed, s);
+    L.w = w;
+    return L;
+  }
   FLINT_ASSIGN_OR_RETURN(void* w, b.alloc(rows * in * 2));
-  fill_uniform_bf16(w, rows * in, 1.0f / std::sqrt(static_cast<float>(in)), seed, s);
+  fill_uniform_bf16(w, rows * in, amp, seed, s);
   L.w = w;
   return L;
 }
@@ -388,7 +395,9 @@ Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt
     dw.embed_dtype_ = DType::kBF16;
   }
   FLINT_ASSIGN_OR_RETURN(dw.final_norm_, dummy_vec(b, d, 0.9f, 1.1f, ++sd, s));
-  FLINT_ASSIGN_OR_RETURN(dw.lm_head_, dummy_linear(b, DType::kBF16, 1, c.vocab_size, d, ++sd, s));
+  // FP32, as the model keeps it (the LM head is an FP32 island) and as the CPU's dummy weights
+  // make it: its 1.23 GB are about half of what an NVFP4 batch-1 step reads.
+  FLINT_ASSIGN_OR_RETURN(dw.lm_head_, dummy_linear(b, DType::kF32, 1, c.vocab_size, d, ++sd, s));
   const int64_t I = c.moe_intermediate_size, Ish = c.shared_expert_intermediate_size;
   const int64_t slices = (Ish > 0 && I > 0 && Ish % I == 0) ? Ish / I : 0;
   dw.num_shared_slots_ = static_cast<int>(slices);
