@@ -102,8 +102,8 @@ void qk_norm_rope_kv(float* q_out, const float* qkv, const float* q_norm, const 
               "qk_norm_rope_kv: head_dim {} must be even and at most {}", a.head_dim, kMaxHeadDim);
   if (num_tokens == 0) return;
   const dim3 grid(num_tokens, ceil_div(a.num_heads + 2 * a.num_kv_heads, kHeadsPerBlock));
-  qk_norm_rope_kv_kernel<<<grid, 32 * kHeadsPerBlock, 0, s>>>(q_out, qkv, q_norm, k_norm, k_step, v_step, positions,
-                                             a);
+  qk_norm_rope_kv_kernel<<<grid, 32 * kHeadsPerBlock, 0, s>>>(q_out, qkv, q_norm, k_norm, k_step,
+                                                              v_step, positions, a);
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
