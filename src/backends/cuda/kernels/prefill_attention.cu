@@ -19,8 +19,9 @@ namespace {
 // of a 100K-token prefill read an estimated 3 TB of K/V each from L2 (130 TFLOP/s measured), so the
 // forward pass uses 128 (PrefillAttentionArgs::rows_per_block), as 4 warps of two m-tiles: 8 warps
 // of one m-tile took 601 ms for the 14 full layers of a 100K prompt's last 4K chunk, 4 warps of two
-// 494 ms (2 blocks per SM at 255 registers), 8 warps of two 499 ms, 32-key tiles 540 ms (H200,
-// eighth session).
+// 494 ms (2 blocks per SM at 255 registers), 8 warps of two 499 ms, 32-key tiles 540 ms; then the
+// scale in the exponent's FMA and O rescaled only when a row's max moves 440 ms (a few registers
+// spill, and it wins anyway; H200, eighth session). 64-row blocks are 4 warps of one m-tile.
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 2^x (MUFU ex2, flushing denormals); -inf gives 0.

@@ -1,8 +1,8 @@
 // Q/K norm + RoPE + KV write: one warp per (token, head), four per block (one warp per block left
 // the SMs half empty: at most 32 resident blocks), the head staged in shared memory so the NeoX
 // pairs (j, j + D/2) can be rotated in place. Angles: dev::rope_cos_sin.
-// Reference: spec 2.3 steps 2-3 (tests/kernels/reference.h). Test:
-// tests/kernels/qk_norm_rope_kv_test.cu
+// Reference: spec 2.3 steps 2-3 (tests/kernels/reference.h). Tests:
+// tests/kernels/attention_decode_test.cpp (against the fused decode kernel), CudaPrefill.*
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/qk_norm_rope_kv.h"
