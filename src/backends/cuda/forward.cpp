@@ -396,7 +396,9 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   FLINT_TRY(reserve(T, S, int64_t(table.size()), plan.num_logits));
   // The prefill path, and the LM head's cuBLAS handle and activation scratch for more logits
   // rows than one GEMV pass holds (enqueue_lm_head).
-  if (T > kPrefillMinTokens || plan.num_logits > kLmHeadGemvRows) FLINT_TRY(reserve_prefill(T));
+  if (T > kPrefillMinTokens || plan.num_logits > lm_head_gemv_rows()) {
+    FLINT_TRY(reserve_prefill(T));
+  }
   // The other half of the staging may still be in flight; this half's copies (two steps ago)
   // have normally finished long since, so this wait does not stall the host.
   stage_ ^= 1;
@@ -533,11 +535,15 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
   }
 }
 
+int CudaForward::lm_head_gemv_rows() const {
+  return w_.lm_head().dtype == DType::kF32 ? 1 : kLmHeadGemvRows;
+}
+
 void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
   const model::FlintConfig& c = w_.config();
   const int64_t d = c.hidden_size;
   const int n = plan.num_logits;
-  if (n > kLmHeadGemvRows && prefill_.cublas != nullptr && prefill_.cap_tokens >= n) {
+  if (n > lm_head_gemv_rows() && prefill_.cublas != nullptr && prefill_.cap_tokens >= n) {
     // cuBLAS reads the head once; the GEMV would read it once per 8 rows (a 64-row step spent
     // 5.4 ms in 8 passes over the 615 MB BF16 head).
     rms_norm_rows(ws_alog_, d, ws_h_, d, d_logit_rows_, w_.final_norm(), n, d, c.rms_norm_eps, s);
