@@ -13,11 +13,13 @@ namespace {
 
 using dev::GemvArgs;
 constexpr int64_t kMaxSmemBytes = 200 * 1024;
+constexpr int kExpertTwoRowTokens = 3;
 
 // At one activation row, four blocks per SM (<= 64 registers), so that a step's grids (up to 8
 // pairs x 64 blocks for the experts) run in one wave.
 template <DType W, int NB, bool kGated, int R>
-__global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? 4 : 1) gemv_kernel(GemvArgs args) {
+__global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? (R > 1 ? 3 : 4) : 1)
+    gemv_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
   dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, kGated, R>(args, reinterpret_cast<float*>(smem4));
@@ -97,6 +99,15 @@ void launch_r(const GemvArgs& a, int groups, cudaStream_t s) {
 // One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
+  // NVFP4 experts' gate/up of 3+ tokens: two rows per warp (80 registers, three blocks per SM), so
+  // half as many blocks each stage the token's normed row; the sums are the same. H200, ms per
+  // decode step (graph, 1K context), one row / two: b3 4.673 / 4.579, b4 5.340 / 5.192 (moe_down
+  // at U 2), b8 8.433 / 8.120 (moe_down at U 4); b2 3.533 / 3.568 lost, and BF16 lost at b1-b8.
+  if constexpr (NB == 1 && kGated && W == DType::kNVFP4) {
+    if (a.expert_ids != nullptr && a.num_rows >= kExpertTwoRowTokens * a.pairs_per_token) {
+      return launch_r<W, 1, true, 2>(a, groups, s);
+    }
+  }
   launch_r<W, NB, kGated, 1>(a, groups, s);
 }
 

@@ -12,21 +12,12 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
-constexpr int kR = 1;  // output rows per warp: many light warps (see gemv_core.cuh)
-
-// Chunks in flight per lane: all of a Flint token's NVFP4 work (8 slots x 16 chunks) in one pass.
-template <DType W>
-constexpr int down_unroll() {
-  return 4;
-}
-
-template <DType W>
+template <DType W, int kR, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_down_kernel(float* __restrict__ h, int64_t h_stride, const float* __restrict__ act,
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
                     LinearRef down) {
   using C = dev::Chunk<W>;
-  constexpr int U = down_unroll<W>();
   __shared__ float coef[kMaxSlots];
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [slots, padded_len(in)]: this token's act rows
@@ -68,6 +59,37 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+template <DType W, int kR, int U>
+void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
+                 const float* weights, int num_tokens, int slots, const LinearRef& down,
+                 size_t smem, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
+                  static_cast<unsigned>(num_tokens));
+  launch_pdl(moe_down_kernel<W, kR, U>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
+             weights, slots, down);
+}
+
+// Chunks in flight per lane (the sums are the same for any U: each lane adds its items in the
+// same order). One token: 256 blocks, too few warps to hide the loads' latency without more of
+// them per lane (BF16 8; NVFP4 4, its chunks hold 4x the elements). More tokens: 2, whose 60
+// registers fit four blocks per SM instead of three. H200, ms per decode step (graph, 1K context),
+// U = 4 / 8 / 2:
+//   NVFP4 b1 2.414 / 2.416 / 2.505, b2 3.533 / 3.599 / 3.415, b8 8.433 / 8.970 / 8.309
+//   BF16  b1 3.000 / 2.885 / 3.063, b2 4.520 / 4.291 / 4.024, b8 11.105 / 11.054 / 10.321
+// Two rows per warp (U 4) lost at b1 and won less at b2-b8.
+template <DType W>
+void launch_down_w(float* h, int64_t h_stride, const float* act, const int32_t* ids,
+                   const float* weights, int num_tokens, int slots, const LinearRef& down,
+                   size_t smem, cudaStream_t s) {
+  if (num_tokens > 1) {
+    launch_down<W, 1, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+  } else if constexpr (W == DType::kBF16) {
+    launch_down<W, 1, 8>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+  } else {
+    launch_down<W, 1, 4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+  }
+}
+
 }  // namespace
 
 void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
@@ -75,8 +97,6 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
               cudaStream_t s) {
   FLINT_CHECK(slots > 0 && slots <= kMaxSlots, "moe_down: {} slots (max {})", slots, kMaxSlots);
   if (num_tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
-                  static_cast<unsigned>(num_tokens));
   const size_t smem = size_t(slots) * dev::padded_len(down.in) * sizeof(float);
   FLINT_CHECK(smem <= 48 * 1024, "moe_down: {} slots of {} do not fit in shared memory", slots,
               down.in);
@@ -84,18 +104,16 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
   switch (down.dtype) {
     case DType::kBF16:
       FLINT_CHECK(down.in % 8 == 0, "moe_down: in {} % 8", down.in);
-      launch_pdl(moe_down_kernel<DType::kBF16>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act,
-                 ids, weights, slots, down);
+      launch_down_w<DType::kBF16>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
       break;
     case DType::kNVFP4:
       FLINT_CHECK(down.in % 64 == 0, "moe_down: in {} % 64", down.in);
-      launch_pdl(moe_down_kernel<DType::kNVFP4>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act,
-                 ids, weights, slots, down);
+      launch_down_w<DType::kNVFP4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem,
+                                   s);
       break;
     case DType::kF32:
       FLINT_CHECK(down.in % 4 == 0, "moe_down: in {} % 4", down.in);
-      launch_pdl(moe_down_kernel<DType::kF32>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act,
-                 ids, weights, slots, down);
+      launch_down_w<DType::kF32>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
       break;
     default:
       FLINT_FAIL("moe_down: unsupported weight dtype {}", down.dtype);
