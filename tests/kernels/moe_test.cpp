@@ -1,6 +1,7 @@
 // The fused MoE router (RMSNorm + router GEMV + sigmoid top-k in one launch) against cpu::route,
 // and the whole small-batch MoE block (router, gated experts incl. the shared slices, down +
-// combine + residual) against cpu::moe, at awkward sizes and 1..11 tokens.
+// combine + residual) against cpu::moe, at awkward sizes and 1..11 tokens; the top-k done in the
+// gate/up kernel (gemv_gated_routed_experts) against the router's.
 #include "backends/cpu/ops/moe.h"
 
 #include <fmt/format.h>
@@ -151,6 +152,17 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
       gemv_gated_experts(act_hinted.get(), dh.get(), d, T * slots, slots, ids.get(), L.exp_gate,
                          L.exp_up, nullptr, norm, ExpertHints{r.top_k, r.num_experts});
       EXPECT_EQ(act_hinted.to_host(), act.to_host());
+      // The one-token decode path: the router GEMV alone (the same logits), then the top-k in
+      // every gate/up block, which records the same ids and weights for moe_down.
+      DeviceArray<float> logits2(T * c.num_experts), rw2(T * slots), act2(T * slots * I);
+      DeviceArray<int32_t> ids2(std::vector<int32_t>(T * slots, -1));
+      moe_route_logits(logits2.get(), dh.get(), d, T, L.router, norm, r, nullptr);
+      EXPECT_EQ(logits2.to_host(), logits.to_host());
+      gemv_gated_routed_experts(act2.get(), dh.get(), d, T, logits2.get(), L.expert_bias, r,
+                                ids2.get(), rw2.get(), L.exp_gate, L.exp_up, nullptr, norm);
+      EXPECT_EQ(ids2.to_host(), ids.to_host());
+      EXPECT_EQ(rw2.to_host(), rw.to_host());
+      EXPECT_EQ(act2.to_host(), act.to_host());
       moe_down(dh.get(), d, act.get(), ids.get(), rw.get(), T, slots, L.exp_down, nullptr);
       EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 1e-4, 1e-4), 1.0);
     }

@@ -508,16 +508,26 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
         x = ws_a_;
         norm = GemvNorm{};
       }
-      if (run(kOpRouter)) {
-        moe_route(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
-                  MoeRouteScratch{ws_rlogits_, d_route_counter_}, s);
-      }
-      mark("moe_router");
-      if (run(kOpGateUp)) {
-        // The shared slices' weights need no ids: they are requested before the PDL wait.
-        const ExpertHints hints{routing.top_k, routing.num_experts};
-        gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm,
-                           hints);
+      if (T <= kRoutedGateUpMaxTokens) {
+        // The top-k in the gate/up kernel: the router is a plain GEMV with no serial tail.
+        if (run(kOpRouter)) moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s);
+        mark("moe_router");
+        if (run(kOpGateUp)) {
+          gemv_gated_routed_experts(ws_act_, x, d, T, ws_rlogits_, L.expert_bias, routing, ids,
+                                    ws_rw_, L.exp_gate, L.exp_up, s, norm);
+        }
+      } else {
+        if (run(kOpRouter)) {
+          moe_route(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
+                    MoeRouteScratch{ws_rlogits_, d_route_counter_}, s);
+        }
+        mark("moe_router");
+        if (run(kOpGateUp)) {
+          // The shared slices' weights need no ids: they are requested before the PDL wait.
+          const ExpertHints hints{routing.top_k, routing.num_experts};
+          gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm,
+                             hints);
+        }
       }
       mark("moe_gate_up");
       if (run(kOpDown)) moe_down(ws_h_, d, ws_act_, ids, ws_rw_, T, slots_, L.exp_down, s);

@@ -81,6 +81,12 @@ class CudaForward {
   // An FP32 head (the model's) goes to cuBLAS from 2 rows: our GEMV stages every block's normed
   // rows, as many bytes as the block's weights at 8 rows (1.09 ms at 8 rows for 1.23 GB).
   static constexpr int kLmHeadGemvRows = 8;
+  // Layered steps of up to this many tokens pick each MoE layer's experts in the gate/up kernel
+  // (gemv_gated_routed_experts, every block the top-k of its token) after a router GEMV with no
+  // top-k tail. H200, NVFP4 1K (seventh session, then 2.290 -> 2.233 ms at batch 1): a gain at one
+  // token; at batch 8 the top-k in each of the gate/up blocks cost more than the tail it saved
+  // (10.46 -> 10.72 ms).
+  static constexpr int kRoutedGateUpMaxTokens = 1;
   int lm_head_gemv_rows() const;
 
   // Allocates the KV cache described by `kv` (full layers paged, sliding layers as rings).

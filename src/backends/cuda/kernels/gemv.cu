@@ -3,10 +3,13 @@
 // registers. From kGemvMmaMinRows rows on, the plain (not gated, not expert) GEMV runs on tensor
 // cores instead (gemv_mma.cuh). Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp
 // Bench: flint bench.
+#include <algorithm>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_core.cuh"
 #include "backends/cuda/kernels/gemv_mma.cuh"
+#include "backends/cuda/kernels/moe_experts.h"
 
 namespace flint::cuda {
 namespace {
@@ -32,6 +35,28 @@ __global__ void __launch_bounds__(dev::kGemvThreads) gemv_mma_kernel(GemvArgs ar
   extern __shared__ float4 smem4[];
   dev::pdl_launch_dependents();
   dev::gemv_mma_block<W, TM>(args, smem4);
+}
+
+// The gated experts with the top-k in the kernel (gemv_gated_routed_experts): one pair per block.
+template <DType W>
+__global__ void __launch_bounds__(dev::kGemvThreads, 4) gemv_routed_kernel(GemvArgs args) {
+  extern __shared__ float4 smem4[];
+  dev::pdl_launch_dependents();
+  dev::gemv_block<W, 1, true, 1, 1, true>(args, reinterpret_cast<float*>(smem4));
+}
+
+template <DType W>
+void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_routed_kernel<W>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.a.out, dev::kGemvWarps)),
+                  static_cast<unsigned>(a.num_rows));
+  launch_pdl(gemv_routed_kernel<W>, grid, dim3(dev::kGemvThreads), smem, s, a);
 }
 
 template <DType W, int TM>
@@ -220,6 +245,54 @@ void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pa
   a.fixed_from = hints.fixed_from;
   a.fixed_id0 = hints.fixed_id0;
   launch<true>(a, 1, num_pairs, s);
+}
+
+void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int num_tokens,
+                               const float* logits, const float* bias, const MoeRouting& r,
+                               int32_t* ids, float* weights, const LinearRef& gate,
+                               const LinearRef& up, cudaStream_t s, const GemvNorm& norm) {
+  check_weight(gate);
+  check_weight(up);
+  check_x(x, x_stride);
+  const int slots = r.slots();
+  FLINT_CHECK(gate.dtype == up.dtype && gate.out == up.out && gate.in == up.in &&
+                  gate.num_experts == up.num_experts &&
+                  gate.num_experts >= r.num_experts + r.num_shared_slots,
+              "gemv_gated_routed_experts: gate/up mismatch");
+  FLINT_CHECK(r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts && slots <= 32 &&
+                  logits != nullptr && ids != nullptr && weights != nullptr,
+              "gemv_gated_routed_experts: top_k {} of {} experts, {} slots", r.top_k, r.num_experts,
+              slots);
+  if (num_tokens == 0 || gate.out == 0) return;
+  GemvArgs a{gate,        up,       x,    x_stride, nullptr,
+             norm.weight, norm.eps, act,  gate.out, num_tokens * slots,
+             slots,       nullptr,  false};
+  a.fixed_from = r.top_k;
+  a.fixed_id0 = r.num_experts;
+  a.route_logits = logits;
+  a.route_bias = bias;
+  a.route = r;
+  a.ids_out = ids;
+  a.w_out = weights;
+  // The staged input row, or the top-k's scratch before it.
+  const size_t smem =
+      std::max<size_t>(dev::padded_len(gate.in), size_t(2) * r.num_experts) * sizeof(float);
+  FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "gemv_gated_routed_experts: {} bytes of shared memory",
+              smem);
+  switch (gate.dtype) {
+    case DType::kF32:
+      launch_routed<DType::kF32>(a, smem, s);
+      break;
+    case DType::kBF16:
+      launch_routed<DType::kBF16>(a, smem, s);
+      break;
+    case DType::kNVFP4:
+      launch_routed<DType::kNVFP4>(a, smem, s);
+      break;
+    default:
+      FLINT_FAIL("gemv_gated_routed_experts: unsupported weight dtype {}", gate.dtype);
+  }
+  FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace flint::cuda

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/moe_topk.cuh"
 
 namespace flint::cuda::dev {
 
@@ -29,7 +30,41 @@ struct GemvArgs {
   // before the PDL wait, like a dense GEMV's.
   int fixed_from = 1 << 30;
   int fixed_id0 = 0;
+  // Expert mode with the routing in the kernel (gemv_block<..., kTopK = true>): expert_ids is
+  // null; each block picks its token's experts from these [num_tokens, E] router logits, and
+  // block x == 0 of each pair records the pick in ids_out / w_out ([num_pairs]).
+  const float* route_logits = nullptr;
+  const float* route_bias = nullptr;
+  MoeRouting route{};
+  int32_t* ids_out = nullptr;
+  float* w_out = nullptr;
 };
+
+// kTopK: the expert of pair g (a routed slot: warp 0 runs the token's top-k as moe_route does,
+// `scratch` its [2E] floats; a fixed slot: fixed_e, weight 1), recorded by block x == 0. Every
+// thread of the block must call it.
+__device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
+                                               int64_t fixed_e, float* scratch) {
+  __shared__ int32_t pick_ids[32];
+  __shared__ float pick_w[32];
+  const int E = a.route.num_experts, slot = g % a.pairs_per_token, t = g / a.pairs_per_token;
+  int64_t e = fixed_e;
+  float w = 1.0f;
+  if (!fixed) {
+    if (threadIdx.x < 32) {
+      top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
+                  pick_w);
+    }
+    __syncthreads();
+    e = pick_ids[slot];
+    w = pick_w[slot];
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    a.ids_out[g] = static_cast<int32_t>(e);
+    a.w_out[g] = w;
+  }
+  return e;
+}
 
 // Weight chunks a lane loads per pass, per row and matrix: two NVFP4 chunks (a 2048-wide row in
 // one pass, all fetched before the PDL wait) or four 16-byte BF16/F32 chunks; half that for the
@@ -111,14 +146,14 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
 // the block must call it (it synchronises); it performs the PDL wait itself. UX multiplies the
 // chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
-template <DType W, int NB, bool kGated, int R, int UX = 1>
+template <DType W, int NB, bool kGated, int R, int UX = 1, bool kTopK = false>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   using C = Chunk<W>;
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   const int lane = threadIdx.x & 31;
   const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
   const int g = blockIdx.y;
-  const bool expert = args.expert_ids != nullptr;
+  const bool expert = kTopK || args.expert_ids != nullptr;
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
   C wa[R][U], wb[R][U];
   int64_t row[R];
@@ -143,8 +178,9 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   int nb;
   int64_t y_row0;
   if (expert) {
+    if constexpr (kTopK) e = pick_expert(args, g, fixed, e, xs);  // xs: staged only below
     if (!fixed) {
-      e = args.expert_ids[g];
+      if constexpr (!kTopK) e = args.expert_ids[g];
 #pragma unroll
       for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
       load(0);

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/linear_ref.h"
+#include "backends/cuda/kernels/moe_router.h"
 
 namespace flint::cuda {
 
@@ -17,5 +19,15 @@ namespace flint::cuda {
 void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
               const float* weights, int num_tokens, int slots, const LinearRef& down,
               cudaStream_t s);
+
+// gemv_gated_experts (gemv.h) for num_tokens tokens of r.slots() pairs each, with the routing in
+// the kernel: each block picks its token's experts from the router logits [num_tokens, E] (+ bias,
+// as moe_route picks them; the shared slices are the last slots), so the router before it is a
+// plain GEMV (moe_route_logits). ids/weights: [num_tokens, slots], written for moe_down.
+// x: the input rows (normed on the way with `norm`, as gemv_gated_experts).
+void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int num_tokens,
+                               const float* logits, const float* bias, const MoeRouting& r,
+                               int32_t* ids, float* weights, const LinearRef& gate,
+                               const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {});
 
 }  // namespace flint::cuda

@@ -19,7 +19,7 @@ struct RouteArgs {
   int32_t* ids;
   float* weights;
   const float* bias;
-  int32_t* counter;
+  int32_t* counter;  // null: the logits only (moe_route_logits)
   MoeRouting r;
 };
 
@@ -34,6 +34,7 @@ __device__ void top_k_token(const RouteArgs& a, int t, float* scratch) {
 // token's experts, one warp per token; smem: [kGemvWarps][2E] floats of scratch.
 __device__ void route_tail(const RouteArgs& a, float* smem) {
   __shared__ bool last;
+  if (a.counter == nullptr) return;
   // Publish this block's logits, then count it; the last block sees every block's logits.
   __threadfence();
   __syncthreads();
@@ -171,35 +172,28 @@ void moe_router(int32_t* ids, float* weights, const float* logits, const float* 
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
-void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, int num_tokens,
-               const LinearRef& router, const GemvNorm& norm, const float* bias,
-               const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s) {
+namespace {
+
+// The router GEMV's arguments (logits into `logits`), checked.
+RouteArgs route_args(const float* x, int64_t x_stride, int num_tokens, const LinearRef& router,
+                     const GemvNorm& norm, float* logits, const MoeRouting& r) {
   FLINT_CHECK(r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts &&
                   router.out == r.num_experts && router.num_experts == 1,
               "moe_route: top_k {} of {} experts, router [{}, {}]", r.top_k, r.num_experts,
               router.out, router.in);
-  FLINT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0 &&
-                  scratch.logits != nullptr && scratch.counter != nullptr,
-              "moe_route: unaligned activations or missing scratch");
-  if (num_tokens == 0) return;
-  RouteArgs a{dev::GemvArgs{router,
-                            {},
-                            x,
-                            x_stride,
-                            nullptr,
-                            norm.weight,
-                            norm.eps,
-                            scratch.logits,
-                            r.num_experts,
-                            num_tokens,
-                            1,
-                            nullptr,
-                            false},
-              ids,
-              weights,
-              bias,
-              scratch.counter,
-              r};
+  FLINT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0 && logits != nullptr,
+              "moe_route: unaligned activations or no logits scratch");
+  RouteArgs a{};
+  a.g =
+      dev::GemvArgs{router,        {},         x, x_stride, nullptr, norm.weight, norm.eps, logits,
+                    r.num_experts, num_tokens, 1, nullptr,  false};
+  a.r = r;
+  return a;
+}
+
+void dispatch(const RouteArgs& a, cudaStream_t s) {
+  if (a.g.num_rows == 0) return;
+  const LinearRef& router = a.g.a;
   switch (router.dtype) {
     case DType::kF32:
       FLINT_CHECK(router.in % 4 == 0, "moe_route: in {} % 4", router.in);
@@ -217,6 +211,26 @@ void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, i
       FLINT_FAIL("moe_route: unsupported router dtype {}", router.dtype);
   }
   FLINT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, int num_tokens,
+               const LinearRef& router, const GemvNorm& norm, const float* bias,
+               const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s) {
+  FLINT_CHECK(scratch.counter != nullptr, "moe_route: no block counter");
+  RouteArgs a = route_args(x, x_stride, num_tokens, router, norm, scratch.logits, r);
+  a.ids = ids;
+  a.weights = weights;
+  a.bias = bias;
+  a.counter = scratch.counter;
+  dispatch(a, s);
+}
+
+void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
+                      const LinearRef& router, const GemvNorm& norm, const MoeRouting& r,
+                      cudaStream_t s) {
+  dispatch(route_args(x, x_stride, num_tokens, router, norm, logits, r), s);
 }
 
 }  // namespace flint::cuda

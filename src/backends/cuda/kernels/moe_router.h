@@ -44,4 +44,10 @@ void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, i
                const LinearRef& router, const GemvNorm& norm, const float* bias,
                const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s);
 
+// The router GEMV alone, for gemv_gated_routed_experts (moe_experts.h), which does the top-k:
+// logits[t] = router . norm(x[t]), bit for bit the logits moe_route computes.
+void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
+                      const LinearRef& router, const GemvNorm& norm, const MoeRouting& r,
+                      cudaStream_t s);
+
 }  // namespace flint::cuda
