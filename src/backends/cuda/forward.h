@@ -83,9 +83,9 @@ class CudaForward {
   static constexpr int kLmHeadGemvRows = 8;
   // Layered steps of up to this many tokens pick each MoE layer's experts in the gate/up kernel
   // (gemv_gated_routed_experts, every block the top-k of its token) after a router GEMV with no
-  // top-k tail. H200, NVFP4 1K (seventh session, then 2.290 -> 2.233 ms at batch 1): a gain at one
-  // token; at batch 8 the top-k in each of the gate/up blocks cost more than the tail it saved
-  // (10.46 -> 10.72 ms).
+  // top-k tail. H200, ms per step (graph): NVFP4 b1 1K 2.436 -> 2.362, 100K 3.181 -> 3.125; BF16
+  // b1 1K 2.900 -> 2.851. At batch 8 (seventh session) the top-k in each gate/up block cost more
+  // than the tail it saved (NVFP4 10.46 -> 10.72).
   static constexpr int kRoutedGateUpMaxTokens = 1;
   int lm_head_gemv_rows() const;
 
