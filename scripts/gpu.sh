@@ -10,6 +10,9 @@
 #        both are built, then the bench runs base, this tree, base, this tree... (FLINT_AB_ROUNDS
 #        rounds, default 3) and prints each configuration's median graph ms side by side. Prefill
 #        timing is skipped (--prefill 0) unless the arguments name --prefill.
+#        FLINT_SWEEP_VAR=V FLINT_SWEEP_VALUES=a,b,... scripts/gpu.sh sweep [decode_step_bench args...]:
+#        one build, the bench once per value of the environment variable V (an experiment switch
+#        the code reads), FLINT_AB_ROUNDS rounds (default 2), one column of median graph ms per value.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -32,6 +35,69 @@ configure() {  # source dir, build dir, log
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLINT_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a > "$3" 2>&1 || { tail -40 "$3"; exit 1; }
 }
+# graph_table OUT FILE...: the median graph ms of each "| dtype | batch | context | path | graph ms
+# | ..." row over the FILEs of each side, one column per side; FILE names are PREFIX-SIDE-ROUND.md,
+# sides in the order their files come. Two sides get a change column. Printed and written to OUT.
+graph_table() {
+  local table="$1"
+  shift
+  awk -F'|' '
+    FNR == 1 {
+      side = FILENAME; sub(/.*\//, "", side); sub(/^[^-]*-/, "", side); sub(/-[0-9]+\.md$/, "", side)
+      if (!(side in has)) { has[side] = 1; sides[++ns] = side }
+    }
+    $2 ~ /^ (nvfp4|bf16) $/ && $5 ~ /^ (layered|persistent) $/ {
+      key = $2 "/" $3 "/" $4 "/" $5; gsub(/ /, "", key)
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+      v[side, key] = v[side, key] " " ($6 + 0)
+    }
+    function median(s,   a, k, i, j, t) {
+      k = split(s, a, " ")
+      for (i = 1; i <= k; ++i) for (j = i + 1; j <= k; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+    }
+    END {
+      head = "| weights/batch/context/path |"; rule = "|---|"
+      for (s = 1; s <= ns; ++s) { head = head " " sides[s] " ms |"; rule = rule "---:|" }
+      if (ns == 2) { head = head " change |"; rule = rule "---:|" }
+      print head; print rule
+      for (i = 1; i <= n; ++i) {
+        line = "| " order[i] " |"
+        for (s = 1; s <= ns; ++s) {
+          m[s] = (sides[s], order[i]) in v ? median(v[sides[s], order[i]]) : 0
+          line = line sprintf(" %.3f |", m[s])
+        }
+        if (ns == 2) line = line sprintf(" %+.1f%% |", m[1] > 0 ? 100 * (m[2] - m[1]) / m[1] : 0)
+        print line
+      }
+    }' "$@" | tee "$table"
+}
+if [[ "$what" == sweep ]]; then
+  # One build of this tree, then decode_step_bench once per value of an environment variable the
+  # code reads (an experiment switch), FLINT_AB_ROUNDS rounds interleaved, one column per value.
+  var="${FLINT_SWEEP_VAR:?gpu.sh sweep: set FLINT_SWEEP_VAR (the variable) and FLINT_SWEEP_VALUES}"
+  IFS=, read -r -a values <<< "${FLINT_SWEEP_VALUES:?gpu.sh sweep: set FLINT_SWEEP_VALUES (a,b,...)}"
+  [[ "$var" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "gpu.sh sweep: bad variable name '$var'"; exit 1; }
+  for v in "${values[@]}"; do
+    [[ "$v" =~ ^[A-Za-z0-9_.]+$ ]] || { echo "gpu.sh sweep: values are [A-Za-z0-9_.]+, got '$v'"; exit 1; }
+  done
+  [[ " $* " == *" --prefill "* ]] || set -- "$@" --prefill 0
+  rounds="${FLINT_AB_ROUNDS:-2}"
+  [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gpu.sh sweep: FLINT_AB_ROUNDS must be >= 1, got '$rounds'"; exit 1; }
+  configure . "$build" "$out/configure.log"
+  cmake --build "$build" -j "$jobs" --target decode_step_bench > "$out/build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+  for ((r = 1; r <= rounds; ++r)); do
+    for v in "${values[@]}"; do
+      env "$var=$v" "$build/bench/decode_step_bench" "$@" > "$out/sweep-$v-$r.md" 2> "$out/sweep-$v-$r.log" ||
+        { echo "gpu.sh sweep: $var=$v failed (round $r)"; tail -5 "$out/sweep-$v-$r.log"; exit 1; }
+    done
+  done
+  files=()
+  for v in "${values[@]}"; do files+=("$out"/sweep-"$v"-*.md); done
+  graph_table "$out/sweep.md" "${files[@]}"
+  exit 0
+fi
 if [[ "$what" == ab ]]; then
   base="${1:?usage: scripts/gpu.sh ab BASE [decode_step_bench args...]}"
   shift
@@ -54,27 +120,7 @@ if [[ "$what" == ab ]]; then
         { echo "gpu.sh ab: the $side bench failed (round $r)"; tail -5 "$out/ab-$side-$r.log"; exit 1; }
     done
   done
-  # Rows "| dtype | batch | context | path | graph ms | ..." of every round, per side.
-  awk -F'|' '
-    FNR == 1 { side = FILENAME ~ /ab-base-/ ? "base" : "new" }
-    $2 ~ /^ (nvfp4|bf16) $/ && $5 ~ /^ (layered|persistent) $/ {
-      key = $2 "/" $3 "/" $4 "/" $5; gsub(/ /, "", key)
-      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-      v[side, key] = v[side, key] " " ($6 + 0)
-    }
-    function median(s,   a, k, i, j, t) {
-      k = split(s, a, " ")
-      for (i = 1; i <= k; ++i) for (j = i + 1; j <= k; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
-    }
-    END {
-      print "| weights/batch/context/path | base ms | new ms | change |"
-      print "|---|---:|---:|---:|"
-      for (i = 1; i <= n; ++i) {
-        b = median(v["base", order[i]]); w = median(v["new", order[i]])
-        printf "| %s | %.3f | %.3f | %+.1f%% |\n", order[i], b, w, (b > 0 ? 100 * (w - b) / b : 0)
-      }
-    }' "$out"/ab-base-*.md "$out"/ab-new-*.md | tee "$out/ab.md"
+  graph_table "$out/ab.md" "$out"/ab-base-*.md "$out"/ab-new-*.md
   exit 0
 fi
 configure . "$build" "$out/configure.log"
