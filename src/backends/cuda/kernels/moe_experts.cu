@@ -12,7 +12,9 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
-template <DType W, int kR, int U>
+constexpr int kR = 1;  // output rows per warp: many light warps (see gemv_core.cuh)
+
+template <DType W, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_down_kernel(float* __restrict__ h, int64_t h_stride, const float* __restrict__ act,
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
@@ -59,13 +61,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <DType W, int kR, int U>
+template <DType W, int U>
 void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
                  const float* weights, int num_tokens, int slots, const LinearRef& down,
                  size_t smem, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
                   static_cast<unsigned>(num_tokens));
-  launch_pdl(moe_down_kernel<W, kR, U>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
+  launch_pdl(moe_down_kernel<W, U>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
              weights, slots, down);
 }
 
@@ -82,11 +84,11 @@ void launch_down_w(float* h, int64_t h_stride, const float* act, const int32_t* 
                    const float* weights, int num_tokens, int slots, const LinearRef& down,
                    size_t smem, cudaStream_t s) {
   if (num_tokens > 1) {
-    launch_down<W, 1, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
   } else if constexpr (W == DType::kBF16) {
-    launch_down<W, 1, 8>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 8>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
   } else {
-    launch_down<W, 1, 4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
   }
 }
 
