@@ -67,12 +67,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One block per row; threads walk its K and V values, in 16-byte vectors (E = uint4) when the row
-// allows, else element by element (E = __nv_bfloat16). row_elems counts E.
-template <typename E>
-__global__ void kv_cache_write_kernel(E* __restrict__ k_cache, E* __restrict__ v_cache,
-                                      const E* __restrict__ k_step, const E* __restrict__ v_step,
-                                      TokenKv kv, int row_elems, bool sliding) {
+// One block per row; threads walk its K and V values in 16-byte vectors (row_vecs of them).
+__global__ void kv_cache_write_kernel(uint4* __restrict__ k_cache, uint4* __restrict__ v_cache,
+                                      const uint4* __restrict__ k_step,
+                                      const uint4* __restrict__ v_step, TokenKv kv, int row_vecs,
+                                      bool sliding) {
   const int t = blockIdx.x;
   const int32_t pos = kv.positions[t];
   const int seq = kv.seq_idx[t];
@@ -83,9 +82,9 @@ __global__ void kv_cache_write_kernel(E* __restrict__ k_cache, E* __restrict__ v
   } else {
     slot = kv.slot_mapping[t];
   }
-  for (int i = threadIdx.x; i < row_elems; i += blockDim.x) {
-    k_cache[slot * row_elems + i] = k_step[int64_t(t) * row_elems + i];
-    v_cache[slot * row_elems + i] = v_step[int64_t(t) * row_elems + i];
+  for (int i = threadIdx.x; i < row_vecs; i += blockDim.x) {
+    k_cache[slot * row_vecs + i] = k_step[int64_t(t) * row_vecs + i];
+    v_cache[slot * row_vecs + i] = v_step[int64_t(t) * row_vecs + i];
   }
 }
 
@@ -96,19 +95,16 @@ void kv_cache_write(__nv_bfloat16* k_cache, __nv_bfloat16* v_cache, const __nv_b
                     int num_kv_heads, int head_dim, bool sliding, cudaStream_t s) {
   if (num_tokens == 0) return;
   FLINT_CHECK(!sliding || kv.window > 0, "kv_cache_write: sliding layer without a window");
+  // Rows of whole 16-byte vectors: the attention kernels take head_dim 16, 32, 64 or 128 only.
   const int row = num_kv_heads * head_dim;
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec =
-      row % 8 == 0 && aligned(k_cache) && aligned(v_cache) && aligned(k_step) && aligned(v_step);
-  if (vec) {
-    kv_cache_write_kernel<uint4><<<num_tokens, 64, 0, s>>>(
-        reinterpret_cast<uint4*>(k_cache), reinterpret_cast<uint4*>(v_cache),
-        reinterpret_cast<const uint4*>(k_step), reinterpret_cast<const uint4*>(v_step), kv, row / 8,
-        sliding);
-  } else {
-    kv_cache_write_kernel<__nv_bfloat16>
-        <<<num_tokens, 128, 0, s>>>(k_cache, v_cache, k_step, v_step, kv, row, sliding);
-  }
+  FLINT_CHECK(
+      row % 8 == 0 && aligned(k_cache) && aligned(v_cache) && aligned(k_step) && aligned(v_step),
+      "kv_cache_write: rows of {} bf16 and the buffers must be 16-byte aligned", row);
+  kv_cache_write_kernel<<<num_tokens, 64, 0, s>>>(
+      reinterpret_cast<uint4*>(k_cache), reinterpret_cast<uint4*>(v_cache),
+      reinterpret_cast<const uint4*>(k_step), reinterpret_cast<const uint4*>(v_step), kv, row / 8,
+      sliding);
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
