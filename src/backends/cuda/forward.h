@@ -87,7 +87,6 @@ class CudaForward {
   // b1 1K 2.900 -> 2.851. At batch 8 (seventh session) the top-k in each gate/up block cost more
   // than the tail it saved (NVFP4 10.46 -> 10.72).
   static constexpr int kRoutedGateUpMaxTokens = 1;
-  int lm_head_gemv_rows() const;
 
   // Allocates the KV cache described by `kv` (full layers paged, sliding layers as rings).
   static Result<std::unique_ptr<CudaForward>> create(const DeviceWeights& w,
@@ -158,6 +157,8 @@ class CudaForward {
   Status reserve_prefill(int num_tokens);
   // The final norm and the LM head over the step's logits rows (both enqueue paths).
   void enqueue_lm_head(const StepPlan& plan, cudaStream_t s);
+  // Logits rows up to which the LM head runs on the GEMV (kLmHeadGemvRows, 1 for an FP32 head).
+  int lm_head_gemv_rows() const;
   Status prepare_prefill_weights();
   // Builds the persistent kernel's layer table (after the KV cache exists).
   Status prepare_persistent();
