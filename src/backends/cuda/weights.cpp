@@ -218,7 +218,24 @@ Result<LinearRef> DeviceWeights::add_linear(const model::Linear& w, cudaStream_t
   return b.stack({whole(w)}, 1, "linear");
 }
 
+Status DeviceWeights::check_attention_shape(const model::FlintConfig& c) {
+  const int64_t D = c.head_dim, H = c.num_heads, Hkv = c.num_kv_heads;
+  if (D != 16 && D != 32 && D != 64 && D != 128) {
+    return make_error(ErrorCode::kUnsupported,
+                      "cuda: attention takes head_dim 16, 32, 64 or 128, not {}", D);
+  }
+  const int64_t G = Hkv > 0 && H % Hkv == 0 ? H / Hkv : 0;
+  if (G != 1 && G != 2 && G != 4 && G != 8) {
+    return make_error(ErrorCode::kUnsupported,
+                      "cuda: attention takes 1, 2, 4 or 8 query heads per KV head, not num_heads "
+                      "{} over num_kv_heads {}",
+                      H, Hkv);
+  }
+  return ok();
+}
+
 Result<DeviceWeights> DeviceWeights::upload(const model::FlintWeights& w, cudaStream_t s) {
+  FLINT_TRY(check_attention_shape(w.config));
   DeviceWeights dw;
   dw.config_ = w.config;
   const model::FlintConfig& c = dw.config_;
@@ -377,7 +394,7 @@ Status DeviceWeights::check_dummy_config(const model::FlintConfig& c, DType dt) 
                       "multiple of moe_intermediate_size ({})",
                       Ish, I);
   }
-  return ok();
+  return check_attention_shape(c);
 }
 
 Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt, uint64_t seed,

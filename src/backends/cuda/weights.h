@@ -48,6 +48,10 @@ class DeviceWeights {
   // other than BF16/NVFP4, input dims the kernels cannot read (BF16: multiples of 8, NVFP4: of 64),
   // or a shared expert that is not a whole number of moe_intermediate_size slices. Needs no device.
   static Status check_dummy_config(const model::FlintConfig& c, DType linear_dtype);
+  // Why the attention kernels could not run `c` (kUnsupported naming the value): head_dim other
+  // than 16, 32, 64 or 128, or num_heads not 1, 2, 4 or 8 times num_kv_heads. upload() and
+  // dummy() refuse such a model before anything reaches the device. Needs no device.
+  static Status check_attention_shape(const model::FlintConfig& c);
 
   // Uploads one more matrix into this object (kernel tests); the same path as upload().
   Result<LinearRef> add_linear(const model::Linear& w, cudaStream_t s);

@@ -1,5 +1,6 @@
 // DeviceWeights::check_dummy_config, on the CPU: which configs `--load-format dummy` can generate
-// on the GPU, with the dimension named when it cannot. Partner: src/backends/cuda/weights.cpp.
+// on the GPU, with the dimension named when it cannot; and check_attention_shape, which every
+// model (checkpoint or dummy) must pass. Partner: src/backends/cuda/weights.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -70,6 +71,43 @@ TEST(DummyConfig, SharedExpertMustBeWholeSlices) {
                  "moe_intermediate_size (512)");
   c.shared_expert_intermediate_size = 0;  // no shared expert
   EXPECT_TRUE(DeviceWeights::check_dummy_config(c, DType::kBF16));
+}
+
+TEST(AttentionShape, HeadDimsAndGroupsTheKernelsTakeAreAccepted) {
+  model::FlintConfig c = flint_full_config();  // head_dim 128, 32 / 4 heads
+  EXPECT_TRUE(DeviceWeights::check_attention_shape(c));
+  for (int64_t D : {16, 32, 64}) {
+    c.head_dim = D;
+    EXPECT_TRUE(DeviceWeights::check_attention_shape(c)) << D;
+  }
+  for (int64_t Hkv : {32, 16, 8}) {  // groups of 1, 2, 4
+    c.num_kv_heads = Hkv;
+    EXPECT_TRUE(DeviceWeights::check_attention_shape(c)) << Hkv;
+  }
+}
+
+TEST(AttentionShape, OtherShapesAreRefusedWithTheValueNamed) {
+  struct Case {
+    void (*edit)(model::FlintConfig&);
+    std::string words;
+  };
+  const Case cases[] = {
+      {[](model::FlintConfig& c) { c.head_dim = 96; }, "head_dim 16, 32, 64 or 128, not 96"},
+      {[](model::FlintConfig& c) { c.head_dim = 256; }, "not 256"},
+      {[](model::FlintConfig& c) { c.num_heads = 48; }, "not num_heads 48 over num_kv_heads 4"},
+      {[](model::FlintConfig& c) { c.num_heads = 64; }, "not num_heads 64 over num_kv_heads 4"},
+      {[](model::FlintConfig& c) { c.num_kv_heads = 5; }, "not num_heads 32 over num_kv_heads 5"},
+      {[](model::FlintConfig& c) { c.num_kv_heads = 0; }, "not num_heads 32 over num_kv_heads 0"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.words);
+    model::FlintConfig c = flint_full_config();
+    k.edit(c);
+    expect_refused(DeviceWeights::check_attention_shape(c), ErrorCode::kUnsupported, k.words);
+    // Dummy weights refuse it too (hidden-size checks pass for these shapes).
+    expect_refused(DeviceWeights::check_dummy_config(c, DType::kBF16), ErrorCode::kUnsupported,
+                   k.words);
+  }
 }
 
 }  // namespace
