@@ -13,6 +13,8 @@
 #        FLINT_SWEEP_VAR=V FLINT_SWEEP_VALUES=a,b,... scripts/gpu.sh sweep [decode_step_bench args...]:
 #        one build, the bench once per value of the environment variable V (an experiment switch
 #        the code reads), FLINT_AB_ROUNDS rounds (default 2), one column of median graph ms per value.
+#        scripts/gpu.sh ktrace [decode_step_bench args...]: a -DFLINT_KTRACE=ON build of the bench
+#        run with --ktrace (each kernel kind's timeline: prologue, PDL wait, marks, hand-off).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -31,9 +33,9 @@ jobs="$(nproc)"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
   nvcc --version | tail -1
 } > "$out/device.txt" 2>&1
-configure() {  # source dir, build dir, log
+configure() {  # source dir, build dir, log, extra cmake args...
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLINT_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a > "$3" 2>&1 || { tail -40 "$3"; exit 1; }
+    -DCMAKE_CUDA_ARCHITECTURES=90a "${@:4}" > "$3" 2>&1 || { tail -40 "$3"; exit 1; }
 }
 # graph_table OUT FILE...: the median graph ms of each "| dtype | batch | context | path | graph ms
 # | ..." row over the FILEs of each side, one column per side; FILE names are PREFIX-SIDE-ROUND.md,
@@ -96,6 +98,18 @@ if [[ "$what" == sweep ]]; then
   files=()
   for v in "${values[@]}"; do files+=("$out"/sweep-"$v"-*.md); done
   graph_table "$out/sweep.md" "${files[@]}"
+  exit 0
+fi
+if [[ "$what" == ktrace ]]; then
+  # A -DFLINT_KTRACE=ON build of decode_step_bench (its own build dir) run with --ktrace: where
+  # each kernel kind's time goes, from block 0's timeline stamps (kernels/ktrace.h).
+  [[ " $* " == *" --prefill "* ]] || set -- "$@" --prefill 0
+  configure . "$build-ktrace" "$out/configure-ktrace.log" -DFLINT_KTRACE=ON
+  cmake --build "$build-ktrace" -j "$jobs" --target decode_step_bench > "$out/build-ktrace.log" 2>&1 ||
+    { grep -E "error|FAILED" "$out/build-ktrace.log" | head -40; exit 1; }
+  "$build-ktrace/bench/decode_step_bench" --ktrace "$@" > "$out/ktrace.md" 2> "$out/ktrace.log" ||
+    { echo "gpu.sh ktrace: the bench failed"; tail -5 "$out/ktrace.log"; exit 1; }
+  cat "$out/ktrace.md"
   exit 0
 fi
 if [[ "$what" == ab ]]; then

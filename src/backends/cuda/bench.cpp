@@ -17,7 +17,9 @@
 
 #include "backends/cuda/forward.h"
 #include "backends/cuda/kernels/argmax.h"
+#include "backends/cuda/kernels/ktrace.h"
 #include "backends/cuda/kernels/read_stream.h"
+#include "backends/cuda/ktrace_report.h"
 
 namespace flint::cuda {
 namespace {
@@ -144,7 +146,37 @@ struct Row {
   // --ablate: per op kind, the graph step's ms without that op's launches subtracted from the
   // full step's (what the op costs the step), ms.
   std::vector<std::pair<std::string, float>> ablation;
+  std::vector<KTraceRow> ktrace;  // --ktrace
 };
+
+// --ktrace: replays `exec` with the kernels' timeline stamps on (a FLINT_KTRACE build) and
+// summarises the records by kernel kind.
+Result<std::vector<KTraceRow>> trace_graph(cudaGraphExec_t exec, int replays, cudaStream_t s) {
+  constexpr int kCap = 4096;
+  FLINT_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::allocate(ktrace_buffer_bytes(kCap)));
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
+  FLINT_CUDA_CHECK(ktrace_attach(buf.data(), kCap));
+  std::vector<std::vector<KTraceRecord>> all;
+  Status status = ok();
+  for (int i = 0; i < replays + 2 && status; ++i) {  // the first two are a warm-up
+    FLINT_CUDA_CHECK(cudaMemsetAsync(buf.data(), 0, kKTraceHeaderBytes, s));
+    FLINT_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    uint32_t n = 0;
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(&n, buf.data(), sizeof n, cudaMemcpyDeviceToHost, s));
+    FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (n > uint32_t(kCap)) {
+      status = make_error(ErrorCode::kInternal, "ktrace: {} records, room for {}", n, kCap);
+      break;
+    }
+    std::vector<KTraceRecord> recs(n);
+    FLINT_CUDA_CHECK(cudaMemcpy(recs.data(), static_cast<char*>(buf.data()) + kKTraceHeaderBytes,
+                                n * sizeof(KTraceRecord), cudaMemcpyDeviceToHost));
+    if (i >= 2) all.push_back(std::move(recs));
+  }
+  FLINT_CUDA_CHECK(ktrace_attach(nullptr, 0));
+  FLINT_TRY(status);
+  return summarize_ktrace(all);
+}
 
 // Sums a persistent step's phase times (CudaForward::trace_persistent) by phase kind, in ms:
 // block 0's work in each phase and, with `wait`, its time in the barrier after it.
@@ -242,6 +274,10 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
     (void)cudaGetLastError();
     spdlog::warn("bench: graph capture failed; stream timings only");
   }
+  std::vector<KTraceRow> ktrace;
+  if (opt.ktrace && exec != nullptr && !plan.persistent) {
+    FLINT_ASSIGN_OR_RETURN(ktrace, trace_graph(exec, opt.steps, s));
+  }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
   std::vector<std::pair<std::string, float>> ablation;
@@ -310,7 +346,8 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
              plan.persistent ? "persistent" : "layered",
              phases,
              waits,
-             ablation};
+             ablation,
+             ktrace};
 }
 
 // Seconds since this process started (Linux: /proc/self/stat start time against /proc/uptime).
@@ -485,8 +522,11 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
   if (opt.decode_path != "persistent" && opt.decode_path != "layered") {
     return bad("--decode-path must be persistent or layered, got '{}'", opt.decode_path);
   }
-  if (opt.ablate && opt.decode_path != "layered") {
-    return bad("--ablate times the layered path's ops; it cannot go with --decode-path {}",
+  if (opt.ktrace && !ktrace_compiled()) {
+    return bad("--ktrace needs a build with -DFLINT_KTRACE=ON (the kernels' timeline stamps)");
+  }
+  if ((opt.ablate || opt.ktrace) && opt.decode_path != "layered") {
+    return bad("--ablate and --ktrace time the layered path; they cannot go with --decode-path {}",
                opt.decode_path);
   }
   for (int b : opt.batches) {
@@ -641,6 +681,28 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
       print_ops_table(ablation, labels, "weights | batch | context", 3);
     }
   }
+  for (const Row& r : rows) {
+    if (r.ktrace.empty()) continue;
+    fmt::print(
+        "\nKernel timeline, {} batch {} context {} (--ktrace: block 0's %globaltimer stamps, mean "
+        "us over {} graph replays; marks per kind in kernels/ktrace.h; cycle = this launch's wait "
+        "end to the next one's, cycle x n = its share of the step):\n\n",
+        r.dtype, r.batch, r.ctx, opt.steps);
+    fmt::print(
+        "| kernel grid | n/step | before wait | wait | ->A | ->B | ->C | ->end | end->next | cycle "
+        "| cycle x n ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    double total = 0;
+    for (const KTraceRow& k : r.ktrace) {
+      const double share = k.cycle * k.per_step * 1e-3;
+      total += share;
+      fmt::print(
+          "| {} | {:.0f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | "
+          "{:.3f} |\n",
+          k.kind, k.per_step, k.prologue, k.wait, k.seg[0], k.seg[1], k.seg[2], k.tail, k.to_next,
+          k.cycle, share);
+    }
+    fmt::print("| all traced | | | | | | | | | | {:.3f} |\n", total);
+  }
   for (const bool wait : {false, true}) {
     std::vector<std::vector<std::pair<std::string, float>>> phases;
     std::vector<std::string> labels;
@@ -696,8 +758,8 @@ int decode_bench_main(int argc, char** argv) {
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--ablate") {  // a flag, as in `flint bench`
-      opt.ablate = true;
+    if (k == "--ablate" || k == "--ktrace") {  // flags
+      (k == "--ablate" ? opt.ablate : opt.ktrace) = true;
       --i;
       continue;
     }

@@ -25,6 +25,9 @@ struct BenchOptions {
   // Layered decode steps: also time the step's graph with each op kind left out
   // (CudaForward::set_skipped_ops) and report what each costs the step.
   bool ablate = false;
+  // Layered decode steps: replay the step's graph with the kernels' timeline stamps on and print
+  // where each kernel kind's time goes (needs a -DFLINT_KTRACE=ON build; kernels/ktrace.h).
+  bool ktrace = false;
   int warmup = 5;
   int steps = 40;
   double gpu_memory_utilization = 0.95;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/ktrace.cuh"
 #include "backends/cuda/kernels/linear_ref.h"
 
 namespace flint::cuda {

@@ -22,8 +22,10 @@ using namespace attn;
 template <int D, bool kFused, SplitMerge kMerge>
 __global__ void __launch_bounds__(kThreads, 1) decode_attention_kernel(AttnKernelArgs args) {
   extern __shared__ __align__(128) unsigned char smem[];
+  dev::ktrace_begin(KTag::kAttention);
   attention_block<D, kFused, kMerge, true>(args, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.z,
                                            smem);
+  dev::ktrace_end();
 }
 
 template <int D, bool kFused, SplitMerge kMerge>
@@ -121,8 +123,8 @@ void decode_attention_fused(float* out, const DecodeQkv& qkv, __nv_bfloat16* k_c
                             int32_t* counters, cudaStream_t s) {
   FLINT_CHECK(qkv.qkv != nullptr && qkv.q_norm != nullptr && qkv.k_norm != nullptr,
               "decode_attention_fused: missing projections or norm weights");
-  const AttnKernelArgs k{nullptr,   k_cache,  v_cache, nullptr, nullptr, sinks,   out,
-                         workspace, counters, kv,      a,       qkv,     k_cache, v_cache};
+  AttnKernelArgs k{nullptr,   k_cache,  v_cache, nullptr, nullptr, sinks,   out,
+                   workspace, counters, kv,      a,       qkv,     k_cache, v_cache};
   launch_any<true>(k, num_rows, s);
 }
 

@@ -142,15 +142,44 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
       rot[i] = j < D / 2 ? dev::rope_cos_sin(pos, j, D, pq.rope_theta) : make_float2(1.0f, 0.0f);
     }
   }
-  if constexpr (kPdl) dev::pdl_wait();             // qkv comes from the previous kernel
-  for (int it = warp; it < G + 2; it += kWarps) {  // G query heads, then K, then V
-    const int head = it < G ? kvh * G + it : (it == G ? H + kvh : H + Hkv + kvh);
-    const float* src = pq.qkv + (int64_t(row) * (H + 2 * Hkv) + head) * D;
+  if constexpr (kPdl) {
+    dev::ktrace_mark(kKtWaitBegin);
+    dev::pdl_wait();  // qkv comes from the previous kernel
+    dev::ktrace_mark(kKtWaitEnd);
+  }
+  // The warp's rows (at most kAhead: G <= kMaxGroup) are all requested before the first is used:
+  // the warps with two waited on L2 twice. H200, ms per step: NVFP4 b1 1K 2.324 -> 2.316, BF16
+  // 2.819 -> 2.813, every batch-1/2 configuration 0.0-0.4% faster (scripts/gpu.sh sweep).
+  constexpr int kAhead = (kMaxGroup + 2 + kWarps - 1) / kWarps;
+  constexpr int kPer = (D + 31) / 32;  // values per lane of a row
+  auto head_of = [&](int it) {         // G query heads, then K, then V
+    return it < G ? kvh * G + it : (it == G ? H + kvh : H + Hkv + kvh);
+  };
+  float pre[kAhead][kPer];
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) {
+    const int it = warp + i * kWarps;
+    const float* src = pq.qkv + (int64_t(row) * (H + 2 * Hkv) + head_of(it)) * D;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int j = lane + 32 * u;
+      // L2: written by another block of a persistent kernel
+      pre[i][u] = it < G + 2 && j < D ? __ldcg(src + j) : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) {
+    const int it = warp + i * kWarps;
+    if (it >= G + 2) break;
     float* x = sm_x[warp];
     float ss = 0.0f;
-    for (int j = lane; j < D; j += 32) {
-      x[j] = __ldcg(src + j);  // L2: written by another block of a persistent kernel
-      ss += x[j] * x[j];
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const int j = lane + 32 * u;
+      if (j < D) {
+        x[j] = pre[i][u];
+        ss += x[j] * x[j];
+      }
     }
     if (it <= G) {
       const float inv = rsqrtf(dev::warp_sum(ss) / static_cast<float>(D) + pq.eps);
@@ -159,10 +188,10 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
       __syncwarp();
       if (pq.rope) {
 #pragma unroll
-        for (int i = 0; i < kPairs; ++i) {
-          const int j = lane + 32 * i;
+        for (int q = 0; q < kPairs; ++q) {
+          const int j = lane + 32 * q;
           if (j >= D / 2) continue;
-          const float c = rot[i].x, s = rot[i].y;
+          const float c = rot[q].x, s = rot[q].y;
           const float x0 = x[j], x1 = x[j + D / 2];
           x[j] = x0 * c - x1 * s;
           x[j + D / 2] = x1 * c + x0 * s;
@@ -313,7 +342,11 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   // No griddepcontrol.launch_dependents: the next kernel (the o projection) launches when this
   // grid exits. Letting it launch at the start made the step slower (NVFP4 batch 1: 2.41 against
   // 2.30 ms; decode_step_bench on the H200, docs/PERFORMANCE.md, fifth session).
-  if constexpr (kPdl && !kFused) dev::pdl_wait();
+  if constexpr (kPdl && !kFused) {
+    dev::ktrace_mark(kKtWaitBegin);
+    dev::pdl_wait();
+    dev::ktrace_mark(kKtWaitEnd);
+  }
   const int Hkv = args.a.num_kv_heads, H = args.a.num_heads, S = args.a.num_splits;
   const int G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -397,6 +430,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   if constexpr (kFused) {
     decode_prologue<D, kPdl>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
     __syncthreads();
+    if constexpr (kPdl) dev::ktrace_mark(kKtMarkA);
   }
   // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.
   uint32_t qa[D / 16][4];
@@ -507,6 +541,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
     __syncwarp();  // the next issue() overwrites this stage
   }
   cp_async_wait<0>();
+  if constexpr (kPdl) dev::ktrace_mark(kKtMarkB);
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   __syncthreads();  // the stages become the merge area
@@ -562,6 +597,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
       }
     }
   }
+  if constexpr (kPdl) dev::ktrace_mark(kKtMarkC);
   if (S == 1) return;
   if constexpr (kMerge == SplitMerge::kCluster) {
     cluster_merge<D>(args, kvh, split, head0, block_part, sm_w, sm_inv_z);

@@ -30,7 +30,7 @@ struct GemvArgs {
   // before the PDL wait, like a dense GEMV's.
   int fixed_from = 1 << 30;
   int fixed_id0 = 0;
-  // Expert mode with the routing in the kernel (gemv_block<..., kTopK = true>): expert_ids is
+  // Expert mode with the routing in the kernel (gemv_block<..., kTopK > 0>): expert_ids is
   // null; each block picks its token's experts from these [num_tokens, E] router logits, and
   // block x == 0 of each pair records the pick in ids_out / w_out ([num_pairs]).
   const float* route_logits = nullptr;
@@ -42,9 +42,12 @@ struct GemvArgs {
 
 // kTopK: the expert of pair g (a routed slot: warp 0 runs the token's top-k as moe_route does,
 // `scratch` its [2E] floats; a fixed slot: fixed_e, weight 1), recorded by block x == 0. Every
-// thread of the block must call it.
+// thread of the block must call it. kAhead (E <= 256): warp 0's lanes hold their biases in
+// bias_pre (load_bias_ahead) and the top-k runs on redux.sync (top_k_token_ahead).
+template <bool kAhead>
 __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
-                                               int64_t fixed_e, float* scratch) {
+                                               int64_t fixed_e, float* scratch,
+                                               const float (&bias_pre)[8]) {
   __shared__ int32_t pick_ids[32];
   __shared__ float pick_w[32];
   const int E = a.route.num_experts, slot = g % a.pairs_per_token, t = g / a.pairs_per_token;
@@ -52,8 +55,13 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   float w = 1.0f;
   if (!fixed) {
     if (threadIdx.x < 32) {
-      top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
-                  pick_w);
+      if constexpr (kAhead) {
+        top_k_token_ahead(a.route_logits + int64_t(t) * E, bias_pre, a.route, scratch, pick_ids,
+                          pick_w);
+      } else {
+        top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
+                    pick_w);
+      }
     }
     __syncthreads();
     e = pick_ids[slot];
@@ -146,14 +154,16 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
 // the block must call it (it synchronises); it performs the PDL wait itself. UX multiplies the
 // chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
-template <DType W, int NB, bool kGated, int R, int UX = 1, bool kTopK = false>
+// kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, with
+// the selection bias loaded before the PDL wait and the picks on redux.sync (E <= 256 only).
+template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   using C = Chunk<W>;
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   const int lane = threadIdx.x & 31;
   const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
   const int g = blockIdx.y;
-  const bool expert = kTopK || args.expert_ids != nullptr;
+  const bool expert = kTopK > 0 || args.expert_ids != nullptr;
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
   C wa[R][U], wb[R][U];
   int64_t row[R];
@@ -173,14 +183,23 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
     for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
     load(0);  // weights do not depend on earlier kernels: fetch them before the wait
   }
+  float bias_pre[8];
+  if constexpr (kTopK == 2) {
+    if (threadIdx.x < 32) load_bias_ahead(args.route_bias, args.route.num_experts, bias_pre);
+  }
+  ktrace_mark(kKtWaitBegin);
   pdl_wait();
+  ktrace_mark(kKtWaitEnd);
   int64_t xrow[NB];
   int nb;
   int64_t y_row0;
   if (expert) {
-    if constexpr (kTopK) e = pick_expert(args, g, fixed, e, xs);  // xs: staged only below
+    if constexpr (kTopK > 0) {
+      e = pick_expert<kTopK == 2>(args, g, fixed, e, xs, bias_pre);  // xs: staged only below
+    }
+    ktrace_mark(kKtMarkA);
     if (!fixed) {
-      if constexpr (!kTopK) e = args.expert_ids[g];
+      if constexpr (kTopK == 0) e = args.expert_ids[g];
 #pragma unroll
       for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
       load(0);
@@ -198,6 +217,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
     }
   }
   stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf, args.eps);
+  ktrace_mark(kKtMarkB);
   float acc_a[R][NB], acc_b[R][NB];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -208,6 +228,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
     if (base > 0) load(base);
     accumulate_chunks<W, NB, kGated, R, U>(wa, wb, valid, base, nc, xs, PK, nb, acc_a, acc_b);
   }
+  ktrace_mark(kKtMarkC);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= out) continue;

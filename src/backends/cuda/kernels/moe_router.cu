@@ -56,9 +56,11 @@ template <DType W, int NB, int UX>
 __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs a) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
+  dev::ktrace_begin(KTag::kRouter);
   dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, false, kR, UX>(a.g, smem);
   route_tail(a, smem);
+  dev::ktrace_end();
 }
 
 // BF16 router weights and kRouteMmaMinRows+ token rows: the logits on tensor cores, the

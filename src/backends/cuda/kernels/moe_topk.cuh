@@ -23,6 +23,10 @@ __device__ __forceinline__ float selection_key(float score, float bias) {
 template <int kPer>
 struct RegisterKeys {
   float key[kPer];  // -inf once picked, and past the experts
+  // With `pre`: lane l's selection biases of experts l + 32 i, loaded ahead (before a PDL wait:
+  // the bias is a weight). Otherwise they are loaded with the logits.
+  bool pre = false;
+  float bias_pre[kPer];
   __device__ __forceinline__ void load(const float* logits, const float* bias, int E,
                                        float* score) {
     const int lane = threadIdx.x & 31;
@@ -31,7 +35,11 @@ struct RegisterKeys {
     for (int i = 0; i < kPer; ++i) {
       const int e = lane + 32 * i;
       v[i] = e < E ? __ldcg(logits + e) : 0.0f;
-      b[i] = e < E && bias != nullptr ? bias[e] : 0.0f;
+      if (pre) {
+        b[i] = bias_pre[i];
+      } else {
+        b[i] = e < E && bias != nullptr ? bias[e] : 0.0f;
+      }
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -92,9 +100,39 @@ struct SharedKeys {
   }
 };
 
+// The bits of a float as an unsigned that orders like the float (-0 is made +0 first).
+__device__ __forceinline__ uint32_t ordered_bits(float v) {
+  const uint32_t b = __float_as_uint(v + 0.0f);
+  return (b & 0x80000000u) != 0 ? ~b : b | 0x80000000u;
+}
+
+// The warp's best expert of the lanes' (key, expert) candidates: the greatest key, ties to the
+// lower id. kRedux: two redux.sync instructions (max of the ordered key bits, then min of the ids
+// holding it) instead of five shuffle rounds of two values each; the same pick.
+template <bool kRedux>
+__device__ __forceinline__ int warp_best(float best, int best_e) {
+  if constexpr (kRedux) {
+    const uint32_t mine = ordered_bits(best);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
+    return static_cast<int>(
+        __reduce_min_sync(0xffffffffu, mine == top ? static_cast<uint32_t>(best_e) : 0xffffffffu));
+  } else {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ov > best || (ov == best && oe < best_e)) {
+        best = ov;
+        best_e = oe;
+      }
+    }
+    return best_e;
+  }
+}
+
 // Loads the token's keys, then picks the k best one at a time: each lane its best, then the
 // warp's (ties to the lower id), which is retired. Writes ids/weights as top_k_token describes.
-template <class Keys>
+template <class Keys, bool kRedux = false>
 __device__ __forceinline__ void pick_top_k(Keys& keys, const float* logits, const float* bias,
                                            const MoeRouting& r, float* score, int32_t* out_ids,
                                            float* out_w) {
@@ -110,15 +148,7 @@ __device__ __forceinline__ void pick_top_k(Keys& keys, const float* logits, cons
     float best;
     int best_e;
     keys.best(E, best, best_e);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ov > best || (ov == best && oe < best_e)) {
-        best = ov;
-        best_e = oe;
-      }
-    }
+    best_e = warp_best<kRedux>(best, best_e);
     keys.retire(best_e);
     const float sc = score[best_e];
     if (k < 32 && lane == k) {
@@ -160,6 +190,27 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
     SharedKeys keys{scratch + r.num_experts};
     pick_top_k(keys, logits, bias, r, scratch, out_ids, out_w);
   }
+}
+
+// top_k_token for E <= 256 with this lane's biases of experts lane + 32 i loaded ahead
+// (load_bias_ahead) and the warp's picks on redux.sync: the same picks, a shorter chain after the
+// logits arrive.
+__device__ __forceinline__ void load_bias_ahead(const float* bias, int E, float (&b)[8]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int e = lane + 32 * i;
+    b[i] = e < E && bias != nullptr ? __ldg(bias + e) : 0.0f;
+  }
+}
+__device__ __forceinline__ void top_k_token_ahead(const float* logits, const float (&bias_pre)[8],
+                                                  const MoeRouting& r, float* scratch,
+                                                  int32_t* out_ids, float* out_w) {
+  RegisterKeys<8> keys;
+  keys.pre = true;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) keys.bias_pre[i] = bias_pre[i];
+  pick_top_k<RegisterKeys<8>, true>(keys, logits, nullptr, r, scratch, out_ids, out_w);
 }
 
 }  // namespace flint::cuda::dev

@@ -1,0 +1,59 @@
+// The --ktrace summary (no device needed): segment means per kernel kind from synthetic trace
+// records of two replays. Partner: backends/cuda/ktrace_report.cpp.
+#include "backends/cuda/ktrace_report.h"
+
+#include <gtest/gtest.h>
+
+namespace flint::cuda {
+namespace {
+
+KTraceRecord record(KTag tag, uint32_t gx, uint32_t gy, std::initializer_list<uint64_t> t) {
+  KTraceRecord r;
+  r.tag = static_cast<uint32_t>(tag);
+  r.grid_x = gx;
+  r.grid_y = gy;
+  r.grid_z = 1;
+  int i = 0;
+  for (uint64_t v : t) r.t[i++] = v;
+  return r;
+}
+
+TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
+  // Points: start, wait begin, wait end, A, B, C, end (ns; 0 = unset).
+  std::vector<std::vector<KTraceRecord>> replays = {
+      {record(KTag::kGemv, 640, 1, {1000, 2000, 5000, 0, 6000, 8000, 9000}),
+       record(KTag::kAttention, 4, 5, {3000, 4000, 10000, 11000, 12000, 13000, 15000}),
+       record(KTag::kGemv, 640, 1, {14000, 14500, 16000, 0, 17000, 18000, 19000})},
+      {record(KTag::kGemv, 640, 1, {1000, 3000, 6000, 0, 8000, 9000, 10000}),
+       record(KTag::kAttention, 4, 5, {5000, 6000, 13000, 14000, 16000, 17000, 18000})},
+  };
+  const std::vector<KTraceRow> rows = summarize_ktrace(replays);
+  ASSERT_EQ(rows.size(), 2u);
+  const KTraceRow& g = rows[0];
+  EXPECT_EQ(g.kind, "gemv 640x1x1");
+  EXPECT_DOUBLE_EQ(g.per_step, 1.5);  // three launches over two replays
+  EXPECT_DOUBLE_EQ(g.prologue, (1.0 + 0.5 + 2.0) / 3);
+  EXPECT_DOUBLE_EQ(g.wait, (3.0 + 1.5 + 3.0) / 3);
+  EXPECT_DOUBLE_EQ(g.seg[0], 0.0);  // mark A unset: B is measured from the wait end
+  EXPECT_DOUBLE_EQ(g.seg[1], (1.0 + 1.0 + 2.0) / 3);
+  EXPECT_DOUBLE_EQ(g.seg[2], (2.0 + 1.0 + 1.0) / 3);
+  EXPECT_DOUBLE_EQ(g.tail, 1.0);
+  // Only the two launches followed by another one have a cycle.
+  EXPECT_EQ(g.cycles, 2);
+  EXPECT_DOUBLE_EQ(g.cycle, (5.0 + 7.0) / 2);
+  EXPECT_DOUBLE_EQ(g.to_next, (1.0 + 3.0) / 2);
+  const KTraceRow& a = rows[1];
+  EXPECT_EQ(a.kind, "attention 4x5x1");
+  EXPECT_DOUBLE_EQ(a.per_step, 1.0);
+  EXPECT_DOUBLE_EQ(a.seg[0], 1.0);
+  EXPECT_DOUBLE_EQ(a.seg[1], (1.0 + 2.0) / 2);
+  EXPECT_DOUBLE_EQ(a.tail, (2.0 + 1.0) / 2);
+  EXPECT_EQ(a.cycles, 1);
+  EXPECT_DOUBLE_EQ(a.cycle, 6.0);
+  EXPECT_DOUBLE_EQ(a.to_next, 1.0);
+}
+
+TEST(KTraceReport, NoReplaysGiveNoRows) { EXPECT_TRUE(summarize_ktrace({}).empty()); }
+
+}  // namespace
+}  // namespace flint::cuda
