@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/cuda/bench.h"
+#include "backends/cuda/kernels/ktrace.h"
 
 namespace flint::cuda {
 namespace {
@@ -83,6 +84,27 @@ TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
     EXPECT_EQ(st.error().code, ErrorCode::kInvalidArgument);
     EXPECT_NE(st.error().message.find(cases[i].flag), std::string::npos) << st.error().message;
   }
+}
+
+TEST(BenchOptions, KtraceNeedsATraceBuildAndTheLayeredPath) {
+  const model::FlintConfig c = flint_full_config();
+  BenchOptions o;
+  o.ktrace = true;
+  const Status st = validate_bench_options(c, o);
+  if (ktrace_compiled()) {
+    EXPECT_TRUE(st);
+  } else {  // the normal build: the kernels carry no stamps
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.error().message.find("--ktrace needs a build with -DFLINT_KTRACE=ON"),
+              std::string::npos)
+        << st.error().message;
+  }
+  o.decode_path = "persistent";
+  const Status persistent = validate_bench_options(c, o);
+  ASSERT_FALSE(persistent);
+  EXPECT_NE(persistent.error().message.find("--ktrace"), std::string::npos)
+      << persistent.error().message;
 }
 
 TEST(BenchOptions, RunRefusesBadOptionsBeforeLookingForADevice) {

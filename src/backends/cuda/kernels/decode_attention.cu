@@ -123,8 +123,8 @@ void decode_attention_fused(float* out, const DecodeQkv& qkv, __nv_bfloat16* k_c
                             int32_t* counters, cudaStream_t s) {
   FLINT_CHECK(qkv.qkv != nullptr && qkv.q_norm != nullptr && qkv.k_norm != nullptr,
               "decode_attention_fused: missing projections or norm weights");
-  AttnKernelArgs k{nullptr,   k_cache,  v_cache, nullptr, nullptr, sinks,   out,
-                   workspace, counters, kv,      a,       qkv,     k_cache, v_cache};
+  const AttnKernelArgs k{nullptr,   k_cache,  v_cache, nullptr, nullptr, sinks,   out,
+                         workspace, counters, kv,      a,       qkv,     k_cache, v_cache};
   launch_any<true>(k, num_rows, s);
 }
 

@@ -65,8 +65,8 @@ void launch_routed_k(const GemvArgs& a, size_t smem, cudaStream_t s) {
 
 template <DType W>
 void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
-  // Up to 256 experts: the selection bias is loaded before the PDL wait and the picks run on
-  // redux.sync (the same picks). H200, ms per step: NVFP4 b1 1K 2.376 -> 2.344, BF16 b1 1K
+  // Up to 256 experts the selection bias is loaded before the PDL wait. With the picks on
+  // redux.sync (moe_topk.cuh), H200 ms per step: NVFP4 b1 1K 2.376 -> 2.344, BF16 b1 1K
   // 2.938 -> 2.869 (scripts/gpu.sh sweep, two rounds).
   if (a.route.num_experts <= 256) return launch_routed_k<W, 2>(a, smem, s);
   launch_routed_k<W, 1>(a, smem, s);

@@ -43,7 +43,7 @@ struct GemvArgs {
 // kTopK: the expert of pair g (a routed slot: warp 0 runs the token's top-k as moe_route does,
 // `scratch` its [2E] floats; a fixed slot: fixed_e, weight 1), recorded by block x == 0. Every
 // thread of the block must call it. kAhead (E <= 256): warp 0's lanes hold their biases in
-// bias_pre (load_bias_ahead) and the top-k runs on redux.sync (top_k_token_ahead).
+// bias_pre (load_bias_ahead; top_k_token_ahead).
 template <bool kAhead>
 __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
                                                int64_t fixed_e, float* scratch,
@@ -155,7 +155,7 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // the block must call it (it synchronises); it performs the PDL wait itself. UX multiplies the
 // chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
 // kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, with
-// the selection bias loaded before the PDL wait and the picks on redux.sync (E <= 256 only).
+// the selection bias loaded before the PDL wait (E <= 256 only).
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   using C = Chunk<W>;

@@ -1,6 +1,5 @@
 // Host side of the kernel timeline trace (ktrace.h): the registry of every translation unit's
 // buffer-pointer setter.
-#include <mutex>
 #include <vector>
 
 #include "backends/cuda/kernels/ktrace.cuh"

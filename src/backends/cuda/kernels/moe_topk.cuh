@@ -107,32 +107,18 @@ __device__ __forceinline__ uint32_t ordered_bits(float v) {
 }
 
 // The warp's best expert of the lanes' (key, expert) candidates: the greatest key, ties to the
-// lower id. kRedux: two redux.sync instructions (max of the ordered key bits, then min of the ids
-// holding it) instead of five shuffle rounds of two values each; the same pick.
-template <bool kRedux>
+// lower id. Two redux.sync instructions (max of the ordered key bits, then min of the ids holding
+// it) where five shuffle rounds of two values each made the same pick.
 __device__ __forceinline__ int warp_best(float best, int best_e) {
-  if constexpr (kRedux) {
-    const uint32_t mine = ordered_bits(best);
-    const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
-    return static_cast<int>(
-        __reduce_min_sync(0xffffffffu, mine == top ? static_cast<uint32_t>(best_e) : 0xffffffffu));
-  } else {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ov > best || (ov == best && oe < best_e)) {
-        best = ov;
-        best_e = oe;
-      }
-    }
-    return best_e;
-  }
+  const uint32_t mine = ordered_bits(best);
+  const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
+  return static_cast<int>(
+      __reduce_min_sync(0xffffffffu, mine == top ? static_cast<uint32_t>(best_e) : 0xffffffffu));
 }
 
 // Loads the token's keys, then picks the k best one at a time: each lane its best, then the
 // warp's (ties to the lower id), which is retired. Writes ids/weights as top_k_token describes.
-template <class Keys, bool kRedux = false>
+template <class Keys>
 __device__ __forceinline__ void pick_top_k(Keys& keys, const float* logits, const float* bias,
                                            const MoeRouting& r, float* score, int32_t* out_ids,
                                            float* out_w) {
@@ -148,7 +134,7 @@ __device__ __forceinline__ void pick_top_k(Keys& keys, const float* logits, cons
     float best;
     int best_e;
     keys.best(E, best, best_e);
-    best_e = warp_best<kRedux>(best, best_e);
+    best_e = warp_best(best, best_e);
     keys.retire(best_e);
     const float sc = score[best_e];
     if (k < 32 && lane == k) {
@@ -193,8 +179,7 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
 }
 
 // top_k_token for E <= 256 with this lane's biases of experts lane + 32 i loaded ahead
-// (load_bias_ahead) and the warp's picks on redux.sync: the same picks, a shorter chain after the
-// logits arrive.
+// (load_bias_ahead, before a PDL wait): the same picks, a shorter chain after the logits arrive.
 __device__ __forceinline__ void load_bias_ahead(const float* bias, int E, float (&b)[8]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -210,7 +195,7 @@ __device__ __forceinline__ void top_k_token_ahead(const float* logits, const flo
   keys.pre = true;
 #pragma unroll
   for (int i = 0; i < 8; ++i) keys.bias_pre[i] = bias_pre[i];
-  pick_top_k<RegisterKeys<8>, true>(keys, logits, nullptr, r, scratch, out_ids, out_w);
+  pick_top_k(keys, logits, nullptr, r, scratch, out_ids, out_w);
 }
 
 }  // namespace flint::cuda::dev
