@@ -561,23 +561,38 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
     }
   }
   __syncthreads();
+  // Each query head's max over the warps and the warps' weights, once per (head, warp) rather
+  // than once per output element (8 exp2 and 16 more shared loads for each of the G x D values);
+  // the sums below add the same products in the same order as before.
+  __shared__ float sm_wt[kMaxGroup][kWarps];
+  __shared__ float sm_m[kMaxGroup], sm_l[kMaxGroup];
+  static_assert(kMaxGroup * kWarps <= kThreads && 32 % kWarps == 0, "a head's warps in one warp");
+  if (int(threadIdx.x) < G * kWarps) {
+    const int g = threadIdx.x / kWarps, w = threadIdx.x % kWarps;
+    float M = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) M = fmaxf(M, mg[(v * kMaxGroup + g) * (D + 2) + D]);
+    sm_wt[g][w] = rescale(mg[(w * kMaxGroup + g) * (D + 2) + D], M);
+    __syncwarp(__activemask());
+    if (w == 0) {
+      float L = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) L += mg[(v * kMaxGroup + g) * (D + 2) + D + 1] * sm_wt[g][v];
+      sm_m[g] = M;
+      sm_l[g] = L;
+    }
+  }
+  __syncthreads();
   const int64_t head0 = int64_t(row) * H + kvh * G;
   float* part_ml = args.part + int64_t(num_rows) * H * S * D;
   // SplitMerge::kCluster: this block's partial, read by the cluster (see smem_bytes).
   float* block_part = mg + warp_partials_bytes<D>() / 4;
   for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
     const int g = idx / D, d = idx % D;
-    float M = -INFINITY;
+    const float M = sm_m[g], L = sm_l[g];
+    float A = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, mg[(w * kMaxGroup + g) * (D + 2) + D]);
-    float A = 0.0f, L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float* mw = mg + (w * kMaxGroup + g) * (D + 2);
-      const float wt = rescale(mw[D], M);
-      A += mw[d] * wt;
-      L += mw[D + 1] * wt;
-    }
+    for (int w = 0; w < kWarps; ++w) A += mg[(w * kMaxGroup + g) * (D + 2) + d] * sm_wt[g][w];
     if (S == 1) {
       const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
       const float Mf = fmaxf(M, sink);
