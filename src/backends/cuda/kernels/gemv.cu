@@ -33,10 +33,12 @@ __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? (R > 1 ? 3 : 4) :
 // kGemvMmaMinRows+ activation rows on tensor cores (gemv_mma.cuh): 16 TM output rows x 8 token
 // rows per block.
 template <DType W, int TM>
-__global__ void __launch_bounds__(dev::kGemvThreads) gemv_mma_kernel(GemvArgs args) {
+__global__ void __launch_bounds__(dev::kGemvThreads, 2) gemv_mma_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
+  dev::ktrace_begin(KTag::kGemvMma);
   dev::pdl_launch_dependents();
   dev::gemv_mma_block<W, TM>(args, smem4);
+  dev::ktrace_end();
 }
 
 // The gated experts with the top-k in the kernel (gemv_gated_routed_experts): one pair per block.

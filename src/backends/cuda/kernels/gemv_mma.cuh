@@ -58,63 +58,73 @@ __device__ __forceinline__ uint32_t pack_bf162(__nv_bfloat16 a, __nv_bfloat16 b)
   return uint32_t(__bfloat16_as_ushort(a)) | (uint32_t(__bfloat16_as_ushort(b)) << 16);
 }
 
-// Stages token rows xrow[i] (i < nb) of x (normalised with args.norm when set) as kParts 16-bit
-// parts (each the rounding of what the earlier ones left; part p at parts + p * 8 * RS): two keep
-// ~16 (bf16) or ~22 (f16) mantissa bits, three (bf16) all of f32's 24.
-// NVFP4 (f16 parts): each row is first multiplied by a power of two, 2^kx[i], that keeps it under
-// 2^14 (a bound from max |x|, the norm's 1/rms and max |norm weight|), so no part overflows f16;
-// unscale[i] = 2^-kx[i]. BF16 parts need no scaling (unscale 1). Ends with __syncthreads().
+// max |norm weight| over the row, for stage_mma_rows' bound: every thread of the block gets it.
+// The norm is a weight, so this runs before the PDL wait (it also brings the norm into L1 for the
+// staging). Every thread of the block must call it (it synchronises).
+__device__ __forceinline__ float norm_abs_max(const float* norm, int64_t K) {
+  __shared__ float red[kGemvWarps];
+  if (norm == nullptr) return 1.0f;
+  const float4* nw = reinterpret_cast<const float4*>(norm);
+  float mw = 0.0f;
+  for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
+    const float4 w = __ldg(nw + j);
+    mw = fmaxf(mw, fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w))));
+  }
+  mw = warp_max(mw);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mw;
+  __syncthreads();
+  mw = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kGemvWarps; ++w) mw = fmaxf(mw, red[w]);
+  return mw;
+}
+
+// Stages token rows i < nb of x (warp i passes its row's index, xrow) (normalised with args.norm
+// when set) as kParts 16-bit parts (each the rounding of what the earlier ones left; part p at
+// parts + p * 8 * RS): two keep ~16 (bf16) or ~22 (f16) mantissa bits, three (bf16) all of
+// f32's 24. NVFP4 (f16 parts): each row is first multiplied by a power of two, 2^kx[i], that keeps
+// it under 2^14 (a bound from max |x|, the norm's 1/rms and max |norm weight| `wmax`,
+// norm_abs_max), so no part overflows f16; unscale[i] = 2^-kx[i]. BF16 parts need no scaling
+// (unscale 1). Warp i stages token row i on its own (its sums are warp reductions, no block
+// barrier), with all of a 2048-float piece's loads in flight at once: one L2 round trip for rows up
+// to 2048 (kept in registers between the sums and the conversion), two passes of round trips per
+// piece beyond. A block-wide version that looped over the rows took 6-7 us before its conversion
+// pass at batch 8 (decode_step_bench --ktrace, H200). Ends with __syncthreads().
 template <DType W, int kParts>
 __device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* parts, int64_t RS,
-                                               const GemvArgs& a, const int64_t (&xrow)[kMmaTokens],
-                                               int nb, int64_t K, float* unscale) {
+                                               const GemvArgs& a, int64_t xrow, int nb, int64_t K,
+                                               float wmax, float* unscale) {
   using L = MmaLayout<W>;
-  constexpr int kWarps = kGemvWarps;
-  __shared__ float red_ss[kWarps][kMmaTokens], red_mx[kWarps][kMmaTokens], red_mw[kWarps];
-  __shared__ float row_mul[kMmaTokens];
+  static_assert(kMmaTokens == kGemvWarps, "one warp per token row");
+  constexpr int kPiece = 16;  // float4 per lane in flight: 2048 floats per warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n4 = K / 4;
   const float4* nw = reinterpret_cast<const float4*>(a.norm);
-  float mw = 0.0f;
-  if (nw != nullptr) {
-    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-      const float4 w = __ldg(nw + j);
-      mw = fmaxf(mw, fmaxf(fmaxf(fabsf(w.x), fabsf(w.y)), fmaxf(fabsf(w.z), fabsf(w.w))));
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kMmaTokens; ++i) {
+  if (warp < nb) {
+    const int i = warp;
+    const float4* src = reinterpret_cast<const float4*>(a.x + xrow * a.x_stride);
+    const bool one_piece = n4 <= 32 * kPiece;
+    float4 v[kPiece];
     float ss = 0.0f, mx = 0.0f;
-    if (i < nb) {
-      const float4* src = reinterpret_cast<const float4*>(a.x + xrow[i] * a.x_stride);
-      for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-        const float4 v = src[j];
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    for (int64_t p0 = 0; p0 < n4; p0 += 32 * kPiece) {
+#pragma unroll
+      for (int k = 0; k < kPiece; ++k) {
+        const int64_t j = p0 + lane + 32 * k;
+        v[k] = j < n4 ? src[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int k = 0; k < kPiece; ++k) {
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        mx = fmaxf(mx,
+                   fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
       }
     }
     ss = warp_sum(ss);
     mx = warp_max(mx);
-    if (lane == 0) {
-      red_ss[warp][i] = ss;
-      red_mx[warp][i] = mx;
-    }
-  }
-  mw = warp_max(mw);
-  if (lane == 0) red_mw[warp] = mw;
-  __syncthreads();
-  if (threadIdx.x < kMmaTokens) {
-    const int i = threadIdx.x;
-    float ss = 0.0f, mx = 0.0f, wmax = 0.0f;
-    for (int w = 0; w < kWarps; ++w) {
-      ss += red_ss[w][i];
-      mx = fmaxf(mx, red_mx[w][i]);
-      wmax = fmaxf(wmax, red_mw[w]);
-    }
     const float inv = a.norm != nullptr ? rsqrtf(ss / static_cast<float>(K) + a.eps) : 1.0f;
     float mul = inv, un = 1.0f;
     if constexpr (W == DType::kNVFP4) {
-      const float bound = mx * inv * (a.norm != nullptr ? wmax : 1.0f);
+      const float bound = mx * inv * wmax;
       int e = 0;
       if (bound > 0.0f && isfinite(bound)) {
         frexpf(bound, &e);  // bound < 2^e
@@ -123,41 +133,48 @@ __device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* part
         un = exp2f(static_cast<float>(-e));
       }
     }
-    row_mul[i] = mul;
-    unscale[i] = un;
-  }
-  __syncthreads();
-  for (int i = 0; i < nb; ++i) {
-    const float4* src = reinterpret_cast<const float4*>(a.x + xrow[i] * a.x_stride);
-    const float mul = row_mul[i];
-    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-      float4 v = src[j];
-      if (nw != nullptr) {
-        const float4 w = __ldg(nw + j);
-        v.x *= w.x;
-        v.y *= w.y;
-        v.z *= w.z;
-        v.w *= w.w;
+    if (lane == 0) unscale[i] = un;
+    ktrace_mark(kKtMarkA);  // warp 0's sums
+    for (int64_t p0 = 0; p0 < n4; p0 += 32 * kPiece) {
+      if (!one_piece) {
+#pragma unroll
+        for (int k = 0; k < kPiece; ++k) {
+          const int64_t j = p0 + lane + 32 * k;
+          if (j < n4) v[k] = src[j];
+        }
       }
-      float f[4] = {v.x * mul, v.y * mul, v.z * mul, v.w * mul};
-      const int64_t e = 4 * j;
-      const int64_t off = i * RS + e / L::kChunk * (L::kChunk + 2) + e % L::kChunk;
 #pragma unroll
-      for (int part = 0; part < kParts; ++part) {
-        uint32_t* dst = reinterpret_cast<uint32_t*>(parts + part * kMmaTokens * RS + off);
+      for (int k = 0; k < kPiece; ++k) {
+        const int64_t j = p0 + lane + 32 * k;
+        if (j >= n4) continue;
+        float4 x = v[k];
+        if (nw != nullptr) {
+          const float4 w = __ldg(nw + j);
+          x.x *= w.x;
+          x.y *= w.y;
+          x.z *= w.z;
+          x.w *= w.w;
+        }
+        float f[4] = {x.x * mul, x.y * mul, x.z * mul, x.w * mul};
+        const int64_t e = 4 * j;
+        const int64_t off = i * RS + e / L::kChunk * (L::kChunk + 2) + e % L::kChunk;
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          if constexpr (W == DType::kNVFP4) {
-            const __half h0 = __float2half_rn(f[2 * k]), h1 = __float2half_rn(f[2 * k + 1]);
-            dst[k] = pack_half2(h0, h1);
-            f[2 * k] -= __half2float(h0);
-            f[2 * k + 1] -= __half2float(h1);
-          } else {
-            const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * k]);
-            const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * k + 1]);
-            dst[k] = pack_bf162(h0, h1);
-            f[2 * k] -= __bfloat162float(h0);
-            f[2 * k + 1] -= __bfloat162float(h1);
+        for (int part = 0; part < kParts; ++part) {
+          uint32_t* dst = reinterpret_cast<uint32_t*>(parts + part * kMmaTokens * RS + off);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if constexpr (W == DType::kNVFP4) {
+              const __half h0 = __float2half_rn(f[2 * h]), h1 = __float2half_rn(f[2 * h + 1]);
+              dst[h] = pack_half2(h0, h1);
+              f[2 * h] -= __half2float(h0);
+              f[2 * h + 1] -= __half2float(h1);
+            } else {
+              const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * h]);
+              const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * h + 1]);
+              dst[h] = pack_bf162(h0, h1);
+              f[2 * h] -= __bfloat162float(h0);
+              f[2 * h + 1] -= __bfloat162float(h1);
+            }
           }
         }
       }
@@ -278,17 +295,18 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
     }
   };
   load(0);  // weights do not depend on earlier kernels
+  const float wmax = W == DType::kNVFP4 ? norm_abs_max(args.norm, K) : 1.0f;
+  ktrace_mark(kKtWaitBegin);
   pdl_wait();
+  ktrace_mark(kKtWaitEnd);
   const int g = blockIdx.y;
   const int64_t y_row0 = int64_t(g) * kMmaTokens;
   const int nb = min(kMmaTokens, args.num_rows - g * kMmaTokens);
-  int64_t xrow[kMmaTokens];
-#pragma unroll
-  for (int i = 0; i < kMmaTokens; ++i) {
-    xrow[i] = 0;
-    if (i < nb) xrow[i] = args.x_rows != nullptr ? args.x_rows[y_row0 + i] : y_row0 + i;
-  }
-  stage_mma_rows<W, kParts>(parts, RS, args, xrow, nb, K, unscale);
+  // This warp's token row (stage_mma_rows: warp i stages row i).
+  int64_t xrow = 0;
+  if (warp < nb) xrow = args.x_rows != nullptr ? args.x_rows[y_row0 + warp] : y_row0 + warp;
+  stage_mma_rows<W, kParts>(parts, RS, args, xrow, nb, K, wmax, unscale);
+  ktrace_mark(kKtMarkB);
   const H* x = parts + m * RS;
   float c[TM][4];
 #pragma unroll
@@ -308,6 +326,7 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
       }
     }
   }
+  ktrace_mark(kKtMarkC);
 #pragma unroll
   for (int t = 0; t < TM; ++t) {
     red[warp][kMmaRows * t + m][2 * q] = c[t][0];

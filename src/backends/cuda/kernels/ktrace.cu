@@ -20,6 +20,8 @@ const char* ktag_name(KTag t) {
       return "moe_down";
     case KTag::kAttention:
       return "attention";
+    case KTag::kGemvMma:
+      return "gemv_mma";
     case KTag::kNone:
       break;
   }

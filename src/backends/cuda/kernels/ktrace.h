@@ -30,9 +30,10 @@ enum class KTag : uint32_t {
   kGemv = 1,          // A: -, B: activations staged, C: dot products done
   kGemvGated = 2,     // as kGemv
   kRoutedGateUp = 3,  // A: top-k done, B: staged, C: dots done
-  kRouter = 4,        // as kGemv
+  kRouter = 4,        // as kGemv (as kGemvMma from 6 rows), then the last-block top-k to the end
   kMoeDown = 5,       // A: first weight loads issued, B: activations staged, C: dots done
   kAttention = 6,     // A: prologue done (q/k/v ready), B: tiles done, C: block merge done
+  kGemvMma = 7,       // the tensor-core GEMV (3+ rows): A: warp 0 row sums, B: staged, C: mma done
 };
 const char* ktag_name(KTag t);
 

@@ -73,9 +73,11 @@ constexpr int kRouteParts = 3;
 constexpr int kRouteMmaMinRows = 6;
 __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_mma_kernel(RouteArgs a) {
   extern __shared__ float4 smem4[];
+  dev::ktrace_begin(KTag::kRouter);
   dev::pdl_launch_dependents();
   dev::gemv_mma_block<DType::kBF16, 1, kRouteParts>(a.g, smem4);
   route_tail(a, reinterpret_cast<float*>(smem4));
+  dev::ktrace_end();
 }
 
 // Launches moe_route_mma_kernel if it serves this call (moe_route has checked in % 8 for BF16).
