@@ -12,9 +12,9 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
-constexpr int kR = 1;  // output rows per warp: many light warps (see gemv_core.cuh)
 
-template <DType W, int U>
+// kR output rows per warp: one at batch 1-2 (many light warps, see gemv_core.cuh), two from 3.
+template <DType W, int U, int kR>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_down_kernel(float* __restrict__ h, int64_t h_stride, const float* __restrict__ act,
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
@@ -86,13 +86,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   dev::ktrace_end();
 }
 
-template <DType W, int U>
+template <DType W, int U, int kR>
 void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
                  const float* weights, int num_tokens, int slots, const LinearRef& down,
                  size_t smem, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
                   static_cast<unsigned>(num_tokens));
-  launch_pdl(moe_down_kernel<W, U>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
+  launch_pdl(moe_down_kernel<W, U, kR>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
              weights, slots, down);
 }
 
@@ -104,16 +104,23 @@ void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* id
 //   NVFP4 b1 2.414 / 2.416 / 2.505, b2 3.533 / 3.599 / 3.415, b8 8.433 / 8.970 / 8.309
 //   BF16  b1 3.000 / 2.885 / 3.063, b2 4.520 / 4.291 / 4.024, b8 11.105 / 11.054 / 10.321
 // Two rows per warp (U 4) lost at b1 and won less at b2-b8.
+// From 3 tokens, two rows per warp at U 2 (half the blocks: 2048 of them at b8 ran in four waves).
+// H200, ms per step (graph; one row / two; eleventh session, scripts/gpu.sh sweep, two rounds):
+//   NVFP4 1K b3 4.380 / 4.353, b4 4.873 / 4.845, b8 6.977 / 6.825 (100K b8 12.398 / 12.220)
+//   BF16  1K b3 5.472 / 5.311, b4 6.147 / 5.742, b8 9.066 / 8.240 (100K b8 14.403 / 13.590)
+//   b2 lost (NVFP4 3.349 / 3.433, BF16 3.981 / 4.124): it stays at one row.
 template <DType W>
 void launch_down_w(float* h, int64_t h_stride, const float* act, const int32_t* ids,
                    const float* weights, int num_tokens, int slots, const LinearRef& down,
                    size_t smem, cudaStream_t s) {
-  if (num_tokens > 1) {
-    launch_down<W, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+  if (num_tokens >= 3) {
+    launch_down<W, 2, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+  } else if (num_tokens == 2) {
+    launch_down<W, 2, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
   } else if constexpr (W == DType::kBF16) {
-    launch_down<W, 8>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 8, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
   } else {
-    launch_down<W, 4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 4, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
   }
 }
 
