@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace flint::cuda {
 namespace {
 
@@ -54,6 +57,16 @@ TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
 }
 
 TEST(KTraceReport, NoReplaysGiveNoRows) { EXPECT_TRUE(summarize_ktrace({}).empty()); }
+
+TEST(KTraceReport, EveryTaggedKernelKindHasItsOwnName) {
+  const std::vector<std::string> want = {"gemv",     "gemv_gated", "routed_gate_up", "router",
+                                         "moe_down", "attention",  "gemv_mma"};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(ktag_name(static_cast<KTag>(i + 1)), want[i]) << "tag " << i + 1;
+  }
+  EXPECT_STREQ(ktag_name(KTag::kNone), "untagged");
+  EXPECT_STREQ(ktag_name(static_cast<KTag>(want.size() + 1)), "untagged");
+}
 
 }  // namespace
 }  // namespace flint::cuda
