@@ -69,8 +69,11 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs 
 // rows' shared memory).
 constexpr int kRouteParts = 3;
 // H200, NVFP4 at 1K context, against the CUDA-core router: 3 rows 0.6% slower (4.404 -> 4.430 ms
-// a step), 8 rows 3.4% faster (8.516 -> 8.229); 4-7 rows were not measured.
-constexpr int kRouteMmaMinRows = 6;
+// a step), 8 rows 3.4% faster (8.516 -> 8.229). With the per-warp staging (gemv_mma.cuh; eleventh
+// session, scripts/gpu.sh sweep, two rounds, ms per step, 6 rows then 3 rows as the threshold):
+// NVFP4 b3 4.376 / 4.398, b4 4.873 / 4.809, b5 5.415 / 5.367; BF16 b3 5.316 / 5.319, b4 5.755 /
+// 5.674, b5 6.638 / 6.579. So from 4 rows.
+constexpr int kRouteMmaMinRows = 4;
 __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_mma_kernel(RouteArgs a) {
   extern __shared__ float4 smem4[];
   dev::ktrace_begin(KTag::kRouter);
