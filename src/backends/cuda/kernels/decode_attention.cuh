@@ -566,18 +566,19 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   // the sums below add the same products in the same order as before.
   __shared__ float sm_wt[kMaxGroup][kWarps];
   __shared__ float sm_m[kMaxGroup], sm_l[kMaxGroup];
-  static_assert(kMaxGroup * kWarps <= kThreads && 32 % kWarps == 0, "a head's warps in one warp");
+  static_assert(kMaxGroup * kWarps <= kThreads, "a thread per (head, warp)");
   if (int(threadIdx.x) < G * kWarps) {
     const int g = threadIdx.x / kWarps, w = threadIdx.x % kWarps;
+    auto m_of = [&](int v) { return mg[(v * kMaxGroup + g) * (D + 2) + D]; };
     float M = -INFINITY;
 #pragma unroll
-    for (int v = 0; v < kWarps; ++v) M = fmaxf(M, mg[(v * kMaxGroup + g) * (D + 2) + D]);
-    sm_wt[g][w] = rescale(mg[(w * kMaxGroup + g) * (D + 2) + D], M);
-    __syncwarp(__activemask());
-    if (w == 0) {
+    for (int v = 0; v < kWarps; ++v) M = fmaxf(M, m_of(v));
+    sm_wt[g][w] = rescale(m_of(w), M);
+    if (w == 0) {  // the head's sum, from the same weights (recomputed: no wait on the others)
       float L = 0.0f;
 #pragma unroll
-      for (int v = 0; v < kWarps; ++v) L += mg[(v * kMaxGroup + g) * (D + 2) + D + 1] * sm_wt[g][v];
+      for (int v = 0; v < kWarps; ++v)
+        L += mg[(v * kMaxGroup + g) * (D + 2) + D + 1] * rescale(m_of(v), M);
       sm_m[g] = M;
       sm_l[g] = L;
     }
