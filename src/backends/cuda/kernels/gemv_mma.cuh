@@ -79,17 +79,17 @@ __device__ __forceinline__ float norm_abs_max(const float* norm, int64_t K) {
   return mw;
 }
 
-// Stages token rows i < nb of x (warp i passes its row's index, xrow) (normalised with args.norm
-// when set) as kParts 16-bit parts (each the rounding of what the earlier ones left; part p at
-// parts + p * 8 * RS): two keep ~16 (bf16) or ~22 (f16) mantissa bits, three (bf16) all of
-// f32's 24. NVFP4 (f16 parts): each row is first multiplied by a power of two, 2^kx[i], that keeps
-// it under 2^14 (a bound from max |x|, the norm's 1/rms and max |norm weight| `wmax`,
-// norm_abs_max), so no part overflows f16; unscale[i] = 2^-kx[i]. BF16 parts need no scaling
-// (unscale 1). Warp i stages token row i on its own (its sums are warp reductions, no block
-// barrier), with all of a 2048-float piece's loads in flight at once: one L2 round trip for rows up
-// to 2048 (kept in registers between the sums and the conversion), two passes of round trips per
-// piece beyond. A block-wide version that looped over the rows took 6-7 us before its conversion
-// pass at batch 8 (decode_step_bench --ktrace, H200). Ends with __syncthreads().
+// Stages token rows i < nb of x (normalised with args.norm when set) as kParts 16-bit parts (each
+// the rounding of what the earlier ones left; part p at parts + p * 8 * RS): two keep ~16 (bf16)
+// or ~22 (f16) mantissa bits, three (bf16) all of f32's 24. NVFP4 (f16 parts): each row is first
+// multiplied by a power of two, 2^kx[i], that keeps it under 2^14 (a bound from max |x|, the
+// norm's 1/rms and wmax, max |norm weight| from norm_abs_max), so no part overflows f16;
+// unscale[i] = 2^-kx[i]. BF16 parts need no scaling (unscale 1).
+// Warp i stages row i (xrow: its index in x) alone: its sums are warp reductions, and a 2048-float
+// piece has all its loads in flight at once. A row of up to 2048 is read once and kept in
+// registers from the sums to the conversion; a longer one is read twice, piece by piece. The
+// block-wide version, a loop over the rows, took 6-7 us before its conversion at batch 8
+// (decode_step_bench --ktrace, H200). Ends with __syncthreads().
 template <DType W, int kParts>
 __device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* parts, int64_t RS,
                                                const GemvArgs& a, int64_t xrow, int nb, int64_t K,
