@@ -147,10 +147,12 @@ TEST(Gemv, FusedRmsNormOverGatheredRowsMatchesCpu) {
 
 TEST(Gemv, GatedMatchesSiluOfCpuLinears) {
   FLINT_REQUIRE_GPU();
-  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
-    const int rows = 5;
+  // 1-2 rows on CUDA cores, 3+ (5, 11: two token groups) on tensor cores.
+  for (auto [dt, rows] :
+       {std::pair{DType::kBF16, 1}, std::pair{DType::kBF16, 5}, std::pair{DType::kNVFP4, 2},
+        std::pair{DType::kNVFP4, 5}, std::pair{DType::kNVFP4, 11}}) {
     const int64_t out = 67, in = 192;
-    SCOPED_TRACE(fmt::format("dtype={}", dt));
+    SCOPED_TRACE(fmt::format("dtype={} rows={}", dt, rows));
     const auto gb = random_weight(dt, out, in, 31), ub = random_weight(dt, out, in, 32);
     const model::Linear g{ConstTensorView(gb.data(), dt, {out, in}), 1.0f};
     const model::Linear u{ConstTensorView(ub.data(), dt, {out, in}), 0.5f};

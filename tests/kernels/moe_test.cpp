@@ -163,6 +163,57 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
       EXPECT_EQ(ids2.to_host(), ids.to_host());
       EXPECT_EQ(rw2.to_host(), rw.to_host());
       EXPECT_EQ(act2.to_host(), act.to_host());
+      // The shared slices computed in the router's launch (moe_route_shared), which needs BF16
+      // router and expert weights and 4+ tokens (otherwise it is moe_route): the same ids and
+      // weights, the same routed act rows bit for bit (the gate/up skips the shared slots), the
+      // shared rows as sums in another order.
+      {
+        const float* rf = lw.router.w.data<float>();
+        std::vector<uint8_t> rb(2 * c.num_experts * d);
+        for (int64_t i = 0; i < c.num_experts * d; ++i) {
+          const uint16_t h = f32_to_bf16(rf[i]);
+          std::memcpy(&rb[2 * i], &h, 2);
+        }
+        DeviceWeights owner;
+        auto router16 = owner.add_linear(
+            model::Linear{ConstTensorView(rb.data(), DType::kBF16, {c.num_experts, d}), 1.0f},
+            nullptr);
+        ASSERT_TRUE(router16.has_value());
+        DeviceArray<float> lg(T * c.num_experts), rw_a(T * slots), rw_b(T * slots);
+        DeviceArray<float> act_a(T * slots * I), act_b(std::vector<float>(T * slots * I, -7.0f));
+        DeviceArray<int32_t> ids_a(T * slots), ids_b(T * slots);
+        const MoeRouteScratch sc{lg.get(), counter.get()};
+        const ExpertHints plain{r.top_k, r.num_experts};
+        moe_route(ids_a.get(), rw_a.get(), dh.get(), d, T, *router16, norm, L.expert_bias, r, sc,
+                  nullptr);
+        gemv_gated_experts(act_a.get(), dh.get(), d, T * slots, slots, ids_a.get(), L.exp_gate,
+                           L.exp_up, nullptr, norm, plain);
+        const bool fused = moe_route_shared(
+            ids_b.get(), rw_b.get(), dh.get(), d, T, *router16, norm, L.expert_bias, r, sc,
+            MoeSharedGateUp{L.exp_gate, L.exp_up, act_b.get()}, nullptr);
+        EXPECT_EQ(fused, T >= 4 && dt == DType::kBF16);  // BF16 experts only
+        ExpertHints skip = plain;
+        skip.skip_fixed = fused;
+        gemv_gated_experts(act_b.get(), dh.get(), d, T * slots, slots, ids_b.get(), L.exp_gate,
+                           L.exp_up, nullptr, norm, skip);
+        EXPECT_EQ(ids_b.to_host(), ids_a.to_host());
+        EXPECT_EQ(rw_b.to_host(), rw_a.to_host());
+        const auto ha = act_a.to_host(), hb = act_b.to_host();
+        std::vector<float> sh_a, sh_b;
+        for (int p = 0; p < T * slots; ++p) {
+          const bool shared_slot = p % slots >= r.top_k;
+          for (int64_t i = 0; i < I; ++i) {
+            const float va = ha[p * I + i], vb = hb[p * I + i];
+            if (shared_slot) {
+              sh_a.push_back(va);
+              sh_b.push_back(vb);
+            } else {
+              ASSERT_EQ(vb, va) << "routed pair " << p << " row " << i;
+            }
+          }
+        }
+        EXPECT_LE(testing::worst_ratio(sh_b, sh_a, 1e-4, 1e-4), 1.0);
+      }
       moe_down(dh.get(), d, act.get(), ids.get(), rw.get(), T, slots, L.exp_down, nullptr);
       EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 1e-4, 1e-4), 1.0);
     }

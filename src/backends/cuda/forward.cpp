@@ -517,14 +517,19 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
                                     ws_rw_, L.exp_gate, L.exp_up, s, norm);
         }
       } else {
+        bool shared_done = false;
         if (run(kOpRouter)) {
-          moe_route(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
-                    MoeRouteScratch{ws_rlogits_, d_route_counter_}, s);
+          const MoeRouteScratch scratch{ws_rlogits_, d_route_counter_};
+          // The shared slices' gate/up in the router's launch when moe_route_shared can.
+          shared_done =
+              moe_route_shared(ids, ws_rw_, x, d, T, L.router, norm, L.expert_bias, routing,
+                               scratch, MoeSharedGateUp{L.exp_gate, L.exp_up, ws_act_}, s);
         }
         mark("moe_router");
         if (run(kOpGateUp)) {
           // The shared slices' weights need no ids: they are requested before the PDL wait.
-          const ExpertHints hints{routing.top_k, routing.num_experts};
+          ExpertHints hints{routing.top_k, routing.num_experts};
+          hints.skip_fixed = shared_done;
           gemv_gated_experts(ws_act_, x, d, T * slots_, slots_, ids, L.exp_gate, L.exp_up, s, norm,
                              hints);
         }

@@ -31,13 +31,13 @@ __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? (R > 1 ? 3 : 4) :
 }
 
 // kGemvMmaMinRows+ activation rows on tensor cores (gemv_mma.cuh): 16 TM output rows x 8 token
-// rows per block.
-template <DType W, int TM>
+// rows per block; kGated: silu(gate) * up.
+template <DType W, int TM, bool kGated>
 __global__ void __launch_bounds__(dev::kGemvThreads, 2) gemv_mma_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
   dev::ktrace_begin(KTag::kGemvMma);
   dev::pdl_launch_dependents();
-  dev::gemv_mma_block<W, TM>(args, smem4);
+  dev::gemv_mma_block<W, TM, 2, kGated>(args, smem4);
   dev::ktrace_end();
 }
 
@@ -74,10 +74,10 @@ void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
   launch_routed_k<W, 1>(a, smem, s);
 }
 
-template <DType W, int TM>
+template <DType W, int TM, bool kGated>
 void launch_mma_tm(const GemvArgs& a, cudaStream_t s) {
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<W, TM>,
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_mma_kernel<W, TM, kGated>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxSmemBytes)));
     return true;
@@ -85,34 +85,38 @@ void launch_mma_tm(const GemvArgs& a, cudaStream_t s) {
   (void)configured;
   const dim3 grid(static_cast<unsigned>(ceil_div(a.a.out, dev::kMmaRows * TM)),
                   static_cast<unsigned>(ceil_div(a.num_rows, dev::kMmaTokens)));
-  launch_pdl(gemv_mma_kernel<W, TM>, grid, dim3(dev::kGemvThreads),
+  launch_pdl(gemv_mma_kernel<W, TM, kGated>, grid, dim3(dev::kGemvThreads),
              static_cast<size_t>(dev::mma_smem_bytes<W>(a.a.in)), s, a);
 }
 
 // Outputs far beyond one wave of 16-row blocks (the LM head) take 64 rows per block, so that
 // fewer blocks stage the same activations.
-template <DType W>
+template <DType W, bool kGated>
 void launch_mma(const GemvArgs& a, cudaStream_t s) {
-  if (a.a.out >= kGemvMmaWideRows) {
-    launch_mma_tm<W, 4>(a, s);
+  if (!kGated && a.a.out >= kGemvMmaWideRows) {
+    launch_mma_tm<W, 4, false>(a, s);
   } else {
-    launch_mma_tm<W, 1>(a, s);
+    launch_mma_tm<W, 1, kGated>(a, s);
   }
 }
 
 // The tensor-core GEMV, when it serves this call: kGemvMmaMinRows+ rows, NVFP4 or BF16 weights (a
 // row scale is applied after the sum; check_weight has made `in` a multiple of their chunk),
-// staged rows within shared memory.
+// staged rows within shared memory. kGated: the dense MLP's gate/up. Its CUDA-core version
+// decoded each weight once for 8 rows but spent the FMAs on CUDA cores, 768 blocks at one per SM
+// (59 us a launch at 8 rows, --ktrace). H200, 1K, ms per step (scripts/gpu.sh sweep, 3 rounds,
+// twelfth session): NVFP4 b8 6.815 -> 6.754, BF16 b8 8.231 -> 8.183; b3-b4 within 0.3%.
+template <bool kGated>
 bool try_mma(const GemvArgs& a, cudaStream_t s) {
   if (a.num_rows < kGemvMmaMinRows || a.a.num_experts != 1 || a.a.out == 0) return false;
   switch (a.a.dtype) {
     case DType::kNVFP4:
       if (dev::mma_smem_bytes<DType::kNVFP4>(a.a.in) > kMaxSmemBytes) return false;
-      launch_mma<DType::kNVFP4>(a, s);
+      launch_mma<DType::kNVFP4, kGated>(a, s);
       break;
     case DType::kBF16:
       if (dev::mma_smem_bytes<DType::kBF16>(a.a.in) > kMaxSmemBytes) return false;
-      launch_mma<DType::kBF16>(a, s);
+      launch_mma<DType::kBF16, kGated>(a, s);
       break;
     default:
       return false;
@@ -220,7 +224,7 @@ void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_
   FLINT_CHECK(w.num_experts == 1, "gemv: expert stack passed to the dense gemv");
   GemvArgs a{w, {},       x,        x_stride, x_rows,  norm.weight, norm.eps,
              y, y_stride, num_rows, 1,        nullptr, accumulate};
-  if (try_mma(a, s)) return;
+  if (try_mma<false>(a, s)) return;
   const int nb = nb_for(num_rows, w.in);
   launch<false>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);
 }
@@ -235,6 +239,7 @@ void gemv_gated(float* y, int64_t y_stride, const float* x, int64_t x_stride, in
               up.out, up.in, up.dtype);
   GemvArgs a{gate, up,       x,        x_stride, nullptr, norm.weight, norm.eps,
              y,    y_stride, num_rows, 1,        nullptr, false};
+  if (try_mma<true>(a, s)) return;
   const int nb = nb_for(num_rows, gate.in);
   launch<true>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);
 }
@@ -259,6 +264,7 @@ void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pa
              act,  gate.out, num_pairs, pairs_per_token, expert_ids, false};
   a.fixed_from = hints.fixed_from;
   a.fixed_id0 = hints.fixed_id0;
+  a.skip_fixed = hints.skip_fixed;
   launch<true>(a, 1, num_pairs, s);
 }
 

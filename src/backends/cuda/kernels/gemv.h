@@ -37,6 +37,8 @@ struct ExpertHints {
   // the PDL wait. The ids array must still hold those ids.
   int fixed_from = 1 << 30;
   int fixed_id0 = 0;
+  // The fixed slots' act rows are already written (moe_route_shared): their blocks do nothing.
+  bool skip_fixed = false;
 };
 
 // Routed experts, gated half: for pair p < num_pairs, with e = expert_ids[p] and token
@@ -50,9 +52,10 @@ void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pa
 
 // Rows per pass of the small-batch kernels.
 inline constexpr int kGemvMaxRows = 8;
-// gemv() of at least this many rows runs on tensor cores (NVFP4 and BF16 weights; 16 output rows
-// x 8 token rows per block, the activations split into two 16-bit parts). H200, NVFP4 at 1K
-// context: 2 rows 7% slower than the CUDA-core GEMV, 4 rows 6% faster, 8 rows 18% faster.
+// gemv() and gemv_gated() of at least this many rows run on tensor cores (NVFP4 and BF16 weights;
+// 16 output rows x 8 token rows per block, the activations split into two 16-bit parts). H200,
+// NVFP4 at 1K context: 2 rows 7% slower than the CUDA-core GEMV, 4 rows 6% faster, 8 rows 18%
+// faster.
 inline constexpr int kGemvMmaMinRows = 3;
 // ... and with at least this many output rows (the LM head), 64 of them per block, so that fewer
 // blocks stage the same activation rows.

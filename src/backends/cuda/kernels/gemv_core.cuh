@@ -30,6 +30,8 @@ struct GemvArgs {
   // before the PDL wait, like a dense GEMV's.
   int fixed_from = 1 << 30;
   int fixed_id0 = 0;
+  // Expert mode: the blocks of fixed slots do nothing (moe_route computed those slices' act rows).
+  bool skip_fixed = false;
   // Expert mode with the routing in the kernel (gemv_block<..., kTopK > 0>): expert_ids is
   // null; each block picks its token's experts from these [num_tokens, E] router logits, and
   // block x == 0 of each pair records the pick in ids_out / w_out ([num_pairs]).
@@ -156,13 +158,14 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
 // kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, with
 // the selection bias loaded before the PDL wait (E <= 256 only).
+// (bx, by): the block's coordinates in this GEMV (blockIdx unless the launch runs other work too).
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
-__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by) {
   using C = Chunk<W>;
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   const int lane = threadIdx.x & 31;
-  const int64_t r0 = (int64_t(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5)) * R;
-  const int g = blockIdx.y;
+  const int64_t r0 = (int64_t(bx) * kGemvWarps + (threadIdx.x >> 5)) * R;
+  const int g = by;
   const bool expert = kTopK > 0 || args.expert_ids != nullptr;
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
   C wa[R][U], wb[R][U];
@@ -177,6 +180,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   prefetch_norm(pf, args.norm, K);
   const int slot = expert ? g % args.pairs_per_token : 0;
   const bool fixed = expert && slot >= args.fixed_from;
+  if (fixed && args.skip_fixed) return;  // another launch computed the shared slices
   int64_t e = fixed ? args.fixed_id0 + (slot - args.fixed_from) : 0;
   if (!expert || fixed) {
 #pragma unroll
@@ -245,6 +249,11 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
       }
     }
   }
+}
+
+template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
+  gemv_block<W, NB, kGated, R, UX, kTopK>(args, xs, blockIdx.x, blockIdx.y);
 }
 
 }  // namespace flint::cuda::dev

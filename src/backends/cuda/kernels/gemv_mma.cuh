@@ -258,38 +258,46 @@ __device__ __forceinline__ void zero_chunk(Chunk<W>& w) {
   }
 }
 
-// y rows [16 TM blockIdx.x, +16 TM) for token rows [8 blockIdx.y, +8) (dense mode of GemvArgs:
-// x_rows, norm, accumulate; not gated, not experts). TM > 1 shares one staging of the activations
-// among TM row tiles (the LM head's thousands of blocks would otherwise each stage them). Every
-// thread of the block must call it; it performs the PDL wait itself (after requesting its first
-// weights).
-template <DType W, int TM, int kParts = 2>
-__device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem) {
+// y rows [16 TM bx, +16 TM) for token rows [8 by, +8) (dense mode of GemvArgs: x_rows, norm,
+// accumulate; not experts). TM > 1 shares one staging of the activations among TM row tiles (the
+// LM head's thousands of blocks would otherwise each stage them). kGated (TM 1): y = silu(A x) *
+// (B x) of args.a and args.b, half the chunks in flight per matrix. (bx, by): the block's
+// coordinates in this GEMV (blockIdx unless the launch runs other work too). Every thread of the
+// block must call it; it performs the PDL wait itself (after requesting its first weights).
+template <DType W, int TM, int kParts = 2, bool kGated = false>
+__device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem, int bx, int by) {
   using L = MmaLayout<W>;
   using C = Chunk<W>;
   using H = typename L::Half;
-  constexpr int kWarps = kGemvWarps, U = kMmaUnits / TM, kRows = kMmaRows * TM;
-  static_assert(U >= 1 && U * TM == kMmaUnits, "TM must divide kMmaUnits");
-  __shared__ float red[kWarps][kRows][kMmaTokens];
+  constexpr int kWarps = kGemvWarps, kMats = kGated ? 2 : 1;
+  constexpr int U = kMmaUnits / TM / kMats, kRows = kMmaRows * TM;
+  static_assert(U >= 1 && U * TM * kMats == kMmaUnits, "TM must divide kMmaUnits");
+  static_assert(!kGated || TM == 1, "the gated GEMV has one row tile");
+  __shared__ float red[kMats][kWarps][kRows][kMmaTokens];
   __shared__ float unscale[kMmaTokens];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m = lane >> 2, q = lane & 3;
   const int64_t K = args.a.in, out = args.a.out, nc = K / L::kChunk, RS = mma_row_halves<W>(K);
   const int64_t units = (nc + 3) / 4;  // chunk quads; quad u goes to warp u % 8
-  const int64_t r0 = int64_t(blockIdx.x) * kRows;
+  const int64_t r0 = int64_t(bx) * kRows;
   H* parts = static_cast<H*>(smem);
-  C wa[TM][U], wb[TM][U];
+  // wa/wb: rows m and m + 8 of each row tile, per matrix (gate, then up when kGated).
+  C wa[kMats][TM][U], wb[kMats][TM][U];
   auto load = [&](int64_t pass) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t chunk = 4 * (warp + kWarps * (pass * U + u)) + q;
 #pragma unroll
-      for (int t = 0; t < TM; ++t) {
-        zero_chunk(wa[t][u]);
-        zero_chunk(wb[t][u]);
-        const int64_t row_a = r0 + kMmaRows * t + m, row_b = row_a + 8;
-        if (chunk < nc) {
-          if (row_a < out) wa[t][u].load(args.a, row_a, chunk);
-          if (row_b < out) wb[t][u].load(args.a, row_b, chunk);
+      for (int mat = 0; mat < kMats; ++mat) {
+        const LinearRef& w = mat == 0 ? args.a : args.b;
+#pragma unroll
+        for (int t = 0; t < TM; ++t) {
+          zero_chunk(wa[mat][t][u]);
+          zero_chunk(wb[mat][t][u]);
+          const int64_t row_a = r0 + kMmaRows * t + m, row_b = row_a + 8;
+          if (chunk < nc) {
+            if (row_a < out) wa[mat][t][u].load(w, row_a, chunk);
+            if (row_b < out) wb[mat][t][u].load(w, row_b, chunk);
+          }
         }
       }
     }
@@ -299,7 +307,7 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
   ktrace_mark(kKtWaitBegin);
   pdl_wait();
   ktrace_mark(kKtWaitEnd);
-  const int g = blockIdx.y;
+  const int g = by;
   const int64_t y_row0 = int64_t(g) * kMmaTokens;
   const int nb = min(kMmaTokens, args.num_rows - g * kMmaTokens);
   // This warp's token row (stage_mma_rows: warp i stages row i).
@@ -308,9 +316,12 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
   stage_mma_rows<W, kParts>(parts, RS, args, xrow, nb, K, wmax, unscale);
   ktrace_mark(kKtMarkB);
   const H* x = parts + m * RS;
-  float c[TM][4];
+  float c[kMats][TM][4];
 #pragma unroll
-  for (int t = 0; t < TM; ++t) c[t][0] = c[t][1] = c[t][2] = c[t][3] = 0.0f;
+  for (int mat = 0; mat < kMats; ++mat) {
+#pragma unroll
+    for (int t = 0; t < TM; ++t) c[mat][t][0] = c[mat][t][1] = c[mat][t][2] = c[mat][t][3] = 0.0f;
+  }
   const int64_t passes = (units + int64_t(kWarps) * U - 1) / (int64_t(kWarps) * U);
   for (int64_t pass = 0; pass < passes; ++pass) {
     if (pass > 0) load(pass);
@@ -320,33 +331,51 @@ __device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem)
       if (quad >= units) break;
       const int64_t chunk = 4 * quad + q;
 #pragma unroll
-      for (int t = 0; t < TM; ++t) {
-        mma_chunk<W, kParts>(c[t], wa[t][u], wb[t][u], chunk, chunk < nc && m < nb, x,
-                             kMmaTokens * RS);
+      for (int mat = 0; mat < kMats; ++mat) {
+#pragma unroll
+        for (int t = 0; t < TM; ++t) {
+          mma_chunk<W, kParts>(c[mat][t], wa[mat][t][u], wb[mat][t][u], chunk, chunk < nc && m < nb,
+                               x, kMmaTokens * RS);
+        }
       }
     }
   }
   ktrace_mark(kKtMarkC);
 #pragma unroll
-  for (int t = 0; t < TM; ++t) {
-    red[warp][kMmaRows * t + m][2 * q] = c[t][0];
-    red[warp][kMmaRows * t + m][2 * q + 1] = c[t][1];
-    red[warp][kMmaRows * t + m + 8][2 * q] = c[t][2];
-    red[warp][kMmaRows * t + m + 8][2 * q + 1] = c[t][3];
+  for (int mat = 0; mat < kMats; ++mat) {
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      red[mat][warp][kMmaRows * t + m][2 * q] = c[mat][t][0];
+      red[mat][warp][kMmaRows * t + m][2 * q + 1] = c[mat][t][1];
+      red[mat][warp][kMmaRows * t + m + 8][2 * q] = c[mat][t][2];
+      red[mat][warp][kMmaRows * t + m + 8][2 * q + 1] = c[mat][t][3];
+    }
   }
   __syncthreads();
+  constexpr float kDecodeScale = W == DType::kNVFP4 ? 128.0f : 1.0f;
   for (int k = threadIdx.x; k < kRows * kMmaTokens; k += blockDim.x) {
     const int r = k / kMmaTokens, i = k % kMmaTokens;
     const int64_t row = r0 + r;
     if (row < out && i < nb) {
       float v = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) v += red[w][r][i];
-      v *= unscale[i] * row_scale(args.a, row) * (W == DType::kNVFP4 ? 128.0f : 1.0f);
+      for (int w = 0; w < kWarps; ++w) v += red[0][w][r][i];
+      v *= unscale[i] * row_scale(args.a, row) * kDecodeScale;
+      if constexpr (kGated) {
+        float vu = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) vu += red[kMats - 1][w][r][i];
+        v = silu(v) * (vu * unscale[i] * row_scale(args.b, row) * kDecodeScale);
+      }
       float* yp = args.y + (y_row0 + i) * args.y_stride + row;
       *yp = args.accumulate ? *yp + v : v;
     }
   }
+}
+
+template <DType W, int TM, int kParts = 2, bool kGated = false>
+__device__ __forceinline__ void gemv_mma_block(const GemvArgs& args, void* smem) {
+  gemv_mma_block<W, TM, kParts, kGated>(args, smem, blockIdx.x, blockIdx.y);
 }
 
 }  // namespace flint::cuda::dev

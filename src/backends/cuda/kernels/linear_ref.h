@@ -29,6 +29,19 @@ struct LinearRef {
     return in * (dtype == DType::kF32 ? 4 : 2);
   }
   int64_t matrix_bytes() const { return row_bytes() * out; }
+
+  // Experts [e0, e0 + n) of a stack as one matrix of n * out rows.
+  LinearRef experts(int64_t e0, int64_t n) const {
+    LinearRef r = *this;
+    const int64_t row0 = e0 * out;
+    const int64_t code_bytes = dtype == DType::kNVFP4 ? in / 2 : row_bytes();
+    r.w = static_cast<const uint8_t*>(w) + row0 * code_bytes;
+    if (sc != nullptr) r.sc = sc + row0 * (in / 16);
+    if (row_scale != nullptr) r.row_scale = row_scale + row0;
+    r.out = n * out;
+    r.num_experts = 1;
+    return r;
+  }
 };
 
 // Elements per chunk the GEMV-style kernels load at once (16 bytes of F32/BF16 codes, a 32-byte

@@ -21,6 +21,7 @@ struct RouteArgs {
   const float* bias;
   int32_t* counter;  // null: the logits only (moe_route_logits)
   MoeRouting r;
+  int router_blocks_x = 0;  // > 0: blocks x >= this of the launch do other work (not counted)
 };
 
 // Top-k of token t by one warp into the launch's ids/weights; scratch: [2E] floats.
@@ -39,7 +40,8 @@ __device__ void route_tail(const RouteArgs& a, float* smem) {
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(a.counter, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1;
+    const int bx = a.router_blocks_x > 0 ? a.router_blocks_x : static_cast<int>(gridDim.x);
+    last = atomicAdd(a.counter, 1) == bx * static_cast<int>(gridDim.y) - 1;
   }
   __syncthreads();
   if (!last) return;
@@ -74,13 +76,44 @@ constexpr int kRouteParts = 3;
 // NVFP4 b3 4.376 / 4.398, b4 4.873 / 4.809, b5 5.415 / 5.367; BF16 b3 5.316 / 5.319, b4 5.755 /
 // 5.674, b5 6.638 / 6.579. So from 4 rows.
 constexpr int kRouteMmaMinRows = 4;
-__global__ void __launch_bounds__(dev::kGemvThreads) moe_route_mma_kernel(RouteArgs a) {
+// The router's logits on tensor cores, then route_tail. With a.router_blocks_x > 0, the blocks
+// x >= router_blocks_x compute the shared expert's gate/up for the same token rows instead (`sh`:
+// the dense gated GEMV on tensor cores, BF16 weights; moe_route_shared).
+__global__ void __launch_bounds__(dev::kGemvThreads, 2)
+    moe_route_mma_kernel(RouteArgs a, dev::GemvArgs sh) {
   extern __shared__ float4 smem4[];
   dev::ktrace_begin(KTag::kRouter);
   dev::pdl_launch_dependents();
+  if (a.router_blocks_x > 0 && static_cast<int>(blockIdx.x) >= a.router_blocks_x) {
+    dev::gemv_mma_block<DType::kBF16, 1, 2, true>(sh, smem4, blockIdx.x - a.router_blocks_x,
+                                                  blockIdx.y);
+    dev::ktrace_end();
+    return;
+  }
   dev::gemv_mma_block<DType::kBF16, 1, kRouteParts>(a.g, smem4);
   route_tail(a, reinterpret_cast<float*>(smem4));
   dev::ktrace_end();
+}
+
+// moe_route_mma_kernel for the router's rows, plus `shared` rows of the shared expert when given.
+void launch_route_mma(RouteArgs a, const dev::GemvArgs* shared, size_t smem, cudaStream_t s) {
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const int64_t router_x = ceil_div(a.g.a.out, dev::kMmaRows);
+  int64_t shared_x = 0;
+  if (shared != nullptr) {
+    a.router_blocks_x = static_cast<int>(router_x);
+    shared_x = ceil_div(shared->a.out, dev::kMmaRows);
+  }
+  const dim3 grid(static_cast<unsigned>(router_x + shared_x),
+                  static_cast<unsigned>(ceil_div(a.g.num_rows, dev::kMmaTokens)));
+  launch_pdl(moe_route_mma_kernel, grid, dim3(dev::kGemvThreads), smem, s, a,
+             shared != nullptr ? *shared : dev::GemvArgs{});
 }
 
 // Launches moe_route_mma_kernel if it serves this call (moe_route has checked in % 8 for BF16).
@@ -90,16 +123,7 @@ bool try_mma(const RouteArgs& a, cudaStream_t s) {
       std::max<size_t>(dev::mma_smem_bytes<DType::kBF16, kRouteParts>(K),
                        size_t(dev::kGemvWarps) * 2 * a.r.num_experts * sizeof(float));
   if (a.g.num_rows < kRouteMmaMinRows || smem > size_t(kMaxSmemBytes)) return false;
-  static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(kMaxSmemBytes)));
-    return true;
-  }();
-  (void)configured;
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.g.a.out, dev::kMmaRows)),
-                  static_cast<unsigned>(ceil_div(a.g.num_rows, dev::kMmaTokens)));
-  launch_pdl(moe_route_mma_kernel, grid, dim3(dev::kGemvThreads), smem, s, a);
+  launch_route_mma(a, nullptr, smem, s);
   return true;
 }
 
@@ -222,16 +246,75 @@ void dispatch(const RouteArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, int num_tokens,
-               const LinearRef& router, const GemvNorm& norm, const float* bias,
-               const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s) {
+namespace {
+
+// route_args plus the top-k's outputs and block counter (moe_route's arguments), checked.
+RouteArgs picking_args(int32_t* ids, float* weights, const float* x, int64_t x_stride,
+                       int num_tokens, const LinearRef& router, const GemvNorm& norm,
+                       const float* bias, const MoeRouting& r, const MoeRouteScratch& scratch) {
   FLINT_CHECK(scratch.counter != nullptr, "moe_route: no block counter");
   RouteArgs a = route_args(x, x_stride, num_tokens, router, norm, scratch.logits, r);
   a.ids = ids;
   a.weights = weights;
   a.bias = bias;
   a.counter = scratch.counter;
-  dispatch(a, s);
+  return a;
+}
+
+}  // namespace
+
+void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, int num_tokens,
+               const LinearRef& router, const GemvNorm& norm, const float* bias,
+               const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s) {
+  dispatch(picking_args(ids, weights, x, x_stride, num_tokens, router, norm, bias, r, scratch), s);
+}
+
+bool moe_route_shared(int32_t* ids, float* weights, const float* x, int64_t x_stride,
+                      int num_tokens, const LinearRef& router, const GemvNorm& norm,
+                      const float* bias, const MoeRouting& r, const MoeRouteScratch& scratch,
+                      const MoeSharedGateUp& shared, cudaStream_t s) {
+  const LinearRef& g = shared.gate;
+  const LinearRef& u = shared.up;
+  // BF16 experts only. H200, 1K context, ms per step (scripts/gpu.sh sweep, 3 rounds, twelfth
+  // session), without / with: BF16 b4 5.670 / 5.609, b8 8.231 / 7.924 (gate/up's 2048 blocks at
+  // b8 lose 512); NVFP4 b4 4.789 / 5.003, b8 6.815 / 6.806 (its gate/up is bound by instruction
+  // issue, and the shared slices' mma blocks lengthen the router's launch more than they save).
+  const bool usable = r.num_shared_slots > 0 && num_tokens >= kRouteMmaMinRows &&
+                      router.dtype == DType::kBF16 && shared.act != nullptr &&
+                      g.dtype == DType::kBF16 && u.dtype == DType::kBF16 && g.out == u.out &&
+                      g.in == u.in && g.in == router.in && g.num_experts == u.num_experts &&
+                      g.num_experts >= r.num_experts + r.num_shared_slots && g.out > 0 &&
+                      g.w != nullptr && u.w != nullptr && g.in % gemv_chunk_elems(g.dtype) == 0;
+  const size_t smem = static_cast<size_t>(
+      std::max({dev::mma_smem_bytes<DType::kBF16, kRouteParts>(router.in),
+                int64_t(dev::kGemvWarps) * 2 * r.num_experts * int64_t(sizeof(float)),
+                dev::mma_smem_bytes<DType::kBF16>(g.in)}));
+  if (!usable || smem > size_t(kMaxSmemBytes)) {
+    moe_route(ids, weights, x, x_stride, num_tokens, router, norm, bias, r, scratch, s);
+    return false;
+  }
+  const RouteArgs a =
+      picking_args(ids, weights, x, x_stride, num_tokens, router, norm, bias, r, scratch);
+  const int slots = r.slots();
+  const LinearRef sg = g.experts(r.num_experts, r.num_shared_slots);
+  const LinearRef su = u.experts(r.num_experts, r.num_shared_slots);
+  // Token t's shared slots are act rows t * slots + top_k.., contiguous: one row of sg.out.
+  dev::GemvArgs sh{sg,
+                   su,
+                   x,
+                   x_stride,
+                   nullptr,
+                   norm.weight,
+                   norm.eps,
+                   shared.act + int64_t(r.top_k) * g.out,
+                   int64_t(slots) * g.out,
+                   num_tokens,
+                   1,
+                   nullptr,
+                   false};
+  launch_route_mma(a, &sh, smem, s);
+  FLINT_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,

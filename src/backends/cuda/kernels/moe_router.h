@@ -44,6 +44,24 @@ void moe_route(int32_t* ids, float* weights, const float* x, int64_t x_stride, i
                const LinearRef& router, const GemvNorm& norm, const float* bias,
                const MoeRouting& r, const MoeRouteScratch& scratch, cudaStream_t s);
 
+// The shared expert's slices for moe_route_shared: the expert stacks of gemv_gated_experts
+// (slices are experts E, E + 1, ..) and its act rows [num_tokens * slots, gate.out].
+struct MoeSharedGateUp {
+  LinearRef gate, up;
+  float* act = nullptr;
+};
+
+// moe_route, and when it can, in the same launch, the shared slots' act rows as
+// gemv_gated_experts would write them (the same inputs, sums in another order, on tensor cores):
+// the router's blocks are few (16 at 8 tokens), so the shared expert fills idle SMs and is read
+// once for all tokens, not once per token. Returns whether it did (then gemv_gated_experts is
+// told ExpertHints::skip_fixed): from 4 tokens (the router on tensor cores), with BF16 router and
+// BF16 expert weights (NVFP4 experts lost, see moe_router.cu).
+bool moe_route_shared(int32_t* ids, float* weights, const float* x, int64_t x_stride,
+                      int num_tokens, const LinearRef& router, const GemvNorm& norm,
+                      const float* bias, const MoeRouting& r, const MoeRouteScratch& scratch,
+                      const MoeSharedGateUp& shared, cudaStream_t s);
+
 // The router GEMV alone, for gemv_gated_routed_experts (moe_experts.h), which does the top-k:
 // logits[t] = router . norm(x[t]), bit for bit the logits moe_route computes.
 void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
