@@ -95,8 +95,10 @@ if [[ "$what" == sweep ]]; then
         { echo "gpu.sh sweep: $var=$v failed (round $r)"; tail -5 "$out/sweep-$v-$r.log"; exit 1; }
     done
   done
-  files=()
-  for v in "${values[@]}"; do files+=("$out"/sweep-"$v"-*.md); done
+  files=()  # this call's rounds only: an earlier call's files may share the folder
+  for v in "${values[@]}"; do
+    for ((r = 1; r <= rounds; ++r)); do files+=("$out/sweep-$v-$r.md"); done
+  done
   graph_table "$out/sweep.md" "${files[@]}"
   exit 0
 fi
@@ -134,7 +136,11 @@ if [[ "$what" == ab ]]; then
         { echo "gpu.sh ab: the $side bench failed (round $r)"; tail -5 "$out/ab-$side-$r.log"; exit 1; }
     done
   done
-  graph_table "$out/ab.md" "$out"/ab-base-*.md "$out"/ab-new-*.md
+  files=()  # this call's rounds only: an earlier call's files may share the folder
+  for side in base new; do
+    for ((r = 1; r <= rounds; ++r)); do files+=("$out/ab-$side-$r.md"); done
+  done
+  graph_table "$out/ab.md" "${files[@]}"
   exit 0
 fi
 configure . "$build" "$out/configure.log"
