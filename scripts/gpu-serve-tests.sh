@@ -8,14 +8,14 @@
 # `flint bench` (arguments in FLINT_BENCH_ARGS, and FLINT_BENCH_ARGS2 for a second table) before the
 # server tests, so one device call checks and measures the whole tree.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root="$PWD"
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 debs="$(realpath "${FLINT_GPU_DEBS:-.debs}")"
 whl="$(realpath "${FLINT_GPU_WHL:-.whl}")"
 prefix=/tmp/flint-deps
-build=build-gpu-serve
+build="build-gpu-serve"
 say() { echo "gpu-serve-tests: $*"; }
 {
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
@@ -91,7 +91,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="/tmp/site:$root/tests"
 # The tiny test models embed the GLM-4.7 chat template (tests/support/tiny_flint.py).
 for t in "$debs/GLM-4.7.jinja" "$debs/../GLM-4.7.jinja"; do
-  [[ -f "$t" ]] && export FLINT_CHAT_TEMPLATE="$(realpath "$t")"
+  if [[ -f "$t" ]]; then
+    FLINT_CHAT_TEMPLATE="$(realpath "$t")"
+    export FLINT_CHAT_TEMPLATE
+  fi
 done
 [[ -n "${FLINT_CHAT_TEMPLATE:-}" ]] || say "no GLM-4.7.jinja beside the packages: tiny models fail"
 

@@ -16,7 +16,7 @@
 #        scripts/gpu.sh ktrace [decode_step_bench args...]: a -DFLINT_KTRACE=ON build of the bench
 #        run with --ktrace (each kernel kind's timeline: prologue, PDL wait, marks, hand-off).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 what="${1:-all}"
 shift || true
 out="${OUT:-$PWD/gpu-out}"
@@ -27,7 +27,7 @@ fi
 if [[ "$what" == everything ]]; then  # one build: GPU tests, FLINT_BENCH_ARGS bench, server tests
   FLINT_GPU_ALL=1 exec scripts/gpu-serve-tests.sh "$@"
 fi
-build=build-gpu
+build="build-gpu"
 jobs="$(nproc)"
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
