@@ -141,6 +141,7 @@ void Engine::loop() {
       Callback cb = std::move(p.callback);
       auto sink = [this, id, cb](RequestOutput out) {
         if (out.finished) {
+          absorb_samples();  // the core recorded this request's e2e sample just before
           std::lock_guard lock(mu_);
           live_ids_.erase(id);
         }
@@ -161,22 +162,27 @@ void Engine::loop() {
       break;
     }
     core_->step();
-    LatencySamples fresh = core_->take_latency_samples();
+    absorb_samples();
     std::lock_guard lock(mu_);
     stats_ = core_->stats();
     stats_.num_waiting += static_cast<int>(pending_.size());
-    auto append = [](auto& to, auto& from) {
-      if (to.size() > 100000) to.erase(to.begin(), to.begin() + static_cast<long>(to.size() / 10));
-      to.insert(to.end(), from.begin(), from.end());
-    };
-    append(samples_.ttft_s, fresh.ttft_s);
-    append(samples_.itl_s, fresh.itl_s);
-    append(samples_.e2e_s, fresh.e2e_s);
-    append(samples_.prompt_tokens, fresh.prompt_tokens);
-    append(samples_.generation_tokens, fresh.generation_tokens);
   }
   std::lock_guard lock(mu_);
   stats_ = core_->stats();
+}
+
+void Engine::absorb_samples() {
+  LatencySamples fresh = core_->take_latency_samples();
+  std::lock_guard lock(mu_);
+  auto append = [](auto& to, auto& from) {
+    if (to.size() > 100000) to.erase(to.begin(), to.begin() + static_cast<long>(to.size() / 10));
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  append(samples_.ttft_s, fresh.ttft_s);
+  append(samples_.itl_s, fresh.itl_s);
+  append(samples_.e2e_s, fresh.e2e_s);
+  append(samples_.prompt_tokens, fresh.prompt_tokens);
+  append(samples_.generation_tokens, fresh.generation_tokens);
 }
 
 }  // namespace flint::engine

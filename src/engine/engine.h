@@ -130,6 +130,10 @@ class Engine {
  private:
   Engine() = default;
   void loop();
+  // Moves the core's latency samples into samples_ (the engine thread only). Called after each
+  // step and before a finished output is delivered, so that a caller that has seen a request
+  // finish also sees its samples.
+  void absorb_samples();
 
   struct Pending {
     Request request;
