@@ -13,14 +13,20 @@ namespace {
 
 const uint8_t* base_at(uintptr_t a) { return reinterpret_cast<const uint8_t*>(a); }
 
-TEST(LinearRefExperts, Nvfp4SliceOffsetsCodesScalesAndRowScales) {
+// A stack of `n` experts of [out, in] at fake addresses (only compared, never read).
+LinearRef stack_of(DType dt, int64_t out, int64_t in, int64_t n, uintptr_t w, uintptr_t sc = 0) {
   LinearRef stack;
-  stack.dtype = DType::kNVFP4;
-  stack.out = 512;
-  stack.in = 2048;
-  stack.num_experts = 258;
-  stack.w = base_at(0x100000);
-  stack.sc = base_at(0x900000);
+  stack.dtype = dt;
+  stack.out = out;
+  stack.in = in;
+  stack.num_experts = n;
+  stack.w = base_at(w);
+  if (sc != 0) stack.sc = base_at(sc);
+  return stack;
+}
+
+TEST(LinearRefExperts, Nvfp4SliceOffsetsCodesScalesAndRowScales) {
+  LinearRef stack = stack_of(DType::kNVFP4, 512, 2048, 258, 0x100000, 0x900000);
   stack.row_scale = reinterpret_cast<const float*>(0xA00000);
   const LinearRef s = stack.experts(256, 2);
   const int64_t row0 = 256 * 512;
@@ -35,12 +41,7 @@ TEST(LinearRefExperts, Nvfp4SliceOffsetsCodesScalesAndRowScales) {
 
 TEST(LinearRefExperts, Bf16AndF32SlicesStepWholeRowsAndKeepNullScales) {
   for (auto [dt, row_bytes] : {std::pair{DType::kBF16, 2 * 96}, std::pair{DType::kF32, 4 * 96}}) {
-    LinearRef stack;
-    stack.dtype = dt;
-    stack.out = 7;
-    stack.in = 96;
-    stack.num_experts = 5;
-    stack.w = base_at(0x2000);
+    const LinearRef stack = stack_of(dt, 7, 96, 5, 0x2000);
     const LinearRef s = stack.experts(3, 2);
     EXPECT_EQ(s.out, 14);
     EXPECT_EQ(s.num_experts, 1);
@@ -52,18 +53,19 @@ TEST(LinearRefExperts, Bf16AndF32SlicesStepWholeRowsAndKeepNullScales) {
 }
 
 TEST(LinearRefExperts, FirstExpertIsTheStackItself) {
-  LinearRef stack;
-  stack.dtype = DType::kNVFP4;
-  stack.out = 64;
-  stack.in = 128;
-  stack.num_experts = 4;
-  stack.w = base_at(0x4000);
-  stack.sc = base_at(0x8000);
+  const LinearRef stack = stack_of(DType::kNVFP4, 64, 128, 4, 0x4000, 0x8000);
   const LinearRef s = stack.experts(0, 4);
   EXPECT_EQ(s.w, stack.w);
   EXPECT_EQ(s.sc, stack.sc);
   EXPECT_EQ(s.out, 256);
   EXPECT_EQ(s.matrix_bytes(), stack.matrix_bytes() * 4);
+}
+
+TEST(LinearRefExpertsDeathTest, RangeOutsideTheStackAborts) {
+  const LinearRef stack = stack_of(DType::kBF16, 8, 16, 4, 0x4000);
+  EXPECT_DEATH((void)stack.experts(3, 2), "outside a stack of 4 experts");
+  EXPECT_DEATH((void)stack.experts(-1, 1), "outside a stack of 4 experts");
+  EXPECT_DEATH((void)stack.experts(0, 0), "outside a stack of 4 experts");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/check.h"
 #include "core/dtype.h"
 
 namespace flint::cuda {
@@ -30,8 +31,12 @@ struct LinearRef {
   }
   int64_t matrix_bytes() const { return row_bytes() * out; }
 
-  // Experts [e0, e0 + n) of a stack as one matrix of n * out rows.
+  // Experts [e0, e0 + n) of a stack as one matrix of n * out rows (a range outside the stack is a
+  // bug: FLINT_CHECK).
   LinearRef experts(int64_t e0, int64_t n) const {
+    FLINT_CHECK(e0 >= 0 && n > 0 && e0 + n <= num_experts,
+                "LinearRef::experts: [{}, {}) outside a stack of {} experts", e0, e0 + n,
+                num_experts);
     LinearRef r = *this;
     const int64_t row0 = e0 * out;
     const int64_t code_bytes = dtype == DType::kNVFP4 ? in / 2 : row_bytes();
