@@ -189,8 +189,7 @@ Status nvfp4_ggml_to_modelopt(const uint8_t* blocks, int64_t rows, int64_t cols,
                         (i / 4) / nb, (i / 4) % nb);
     }
   }
-  blocks_to_planar(blocks, rows, cols, codes, scales,
-                   [](uint8_t d) { return d == 0x7F ? uint8_t{0} : uint8_t(d & 0x7F); });
+  blocks_to_planar(blocks, rows, cols, codes, scales, nvfp4_engine_scale_byte);
   return ok();
 }
 
@@ -213,17 +212,22 @@ Status nvfp4_modelopt_to_ggml(const uint8_t* codes, const uint8_t* scales, int64
 void nvfp4_pack_engine(const uint8_t* blocks, int64_t rows, int64_t cols, uint8_t* codes,
                        uint8_t* scales) {
   check_dims(rows, cols);
-  blocks_to_planar(blocks, rows, cols, codes, scales,
-                   [](uint8_t d) { return d == 0x7F ? uint8_t{0} : uint8_t(d & 0x7F); });
+  blocks_to_planar(blocks, rows, cols, codes, scales, nvfp4_engine_scale_byte);
 }
 
 void nvfp4_unpack_engine(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
                          uint8_t* blocks) {
   check_dims(rows, cols);
-  planar_to_blocks(codes, scales, rows, cols, blocks, [](uint8_t s) {
-    FLINT_CHECK((s & 0x80) == 0, "nvfp4: engine scale byte 0x{:02x} has bit 7 set", s);
-    return s == 0x7F ? uint8_t{0xFF} : s;
-  });
+  planar_to_blocks(codes, scales, rows, cols, blocks, nvfp4_ggml_scale_byte);
+}
+
+uint8_t nvfp4_engine_scale_byte(uint8_t ggml) {
+  return ggml == 0x7F ? uint8_t{0} : static_cast<uint8_t>(ggml & 0x7F);
+}
+
+uint8_t nvfp4_ggml_scale_byte(uint8_t engine) {
+  FLINT_CHECK((engine & 0x80) == 0, "nvfp4: engine scale byte 0x{:02x} has bit 7 set", engine);
+  return engine == 0x7F ? uint8_t{0xFF} : engine;
 }
 
 float nvfp4_engine_scale_to_f32(uint8_t s) {

@@ -62,6 +62,11 @@ Status nvfp4_modelopt_to_ggml(const uint8_t* codes, const uint8_t* scales, int64
 //   W[r, c] = E2M1(codes nibble) * value(scales[r, c/16]), bit-identical to the ggml decode; the
 //   tensor's global `.scale` is applied by the caller, as for ggml blocks.
 
+// One sub-scale byte, ggml -> engine (0x7F, which ggml decodes to 0, -> 0x00; bit 7, which ggml
+// ignores, cleared) and engine -> ggml (0x7F -> 0xFF, both 480). Both decode to the same value.
+uint8_t nvfp4_engine_scale_byte(uint8_t ggml);
+uint8_t nvfp4_ggml_scale_byte(uint8_t engine);
+
 // Lossless repack of ggml blocks [rows, cols/64] into the engine layout.
 void nvfp4_pack_engine(const uint8_t* blocks, int64_t rows, int64_t cols, uint8_t* codes,
                        uint8_t* scales);

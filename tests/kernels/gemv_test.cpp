@@ -62,6 +62,34 @@ TEST(Gemv, Nvfp4MatchesCpuLinear) {
   check_gemv(DType::kNVFP4, 1, 1, 4096, 1.0f);
 }
 
+// Sub-scale bytes of every value, 0x00-0xFF: ggml reads 0x00, 0x7F and 0x80 as 0, ignores bit 7
+// otherwise (0xFF is 480) and has subnormals (e == 0). The repack maps them to the bytes the
+// kernels' branch-free decode reads; the one-row CUDA-core and the tensor-core paths must agree
+// with cpu::linear on all of them.
+TEST(Gemv, Nvfp4EverySubScaleByteMatchesCpu) {
+  FLINT_REQUIRE_GPU();
+  const int64_t out = 37, in = 1024;  // 37 x 64 sub-blocks: every byte value, ~9 times each
+  const auto wb = random_weight(DType::kNVFP4, out, in, 91, /*scale_lo=*/0, /*scale_span=*/256);
+  const model::Linear lin{ConstTensorView(wb.data(), DType::kNVFP4, {out, in}), 1.0f};
+  DeviceWeights owner;
+  auto ref = owner.add_linear(lin, nullptr);
+  ASSERT_TRUE(ref.has_value()) << ref.error().message;
+  EXPECT_GT(owner.checked_rows(), 0);
+  ThreadPool pool(2);
+  for (int rows : {1, 3, 8}) {
+    SCOPED_TRACE(fmt::format("rows={}", rows));
+    const auto x = random_floats(rows * in, 92 + rows);
+    std::vector<float> want(rows * out);
+    cpu::linear(want.data(), x.data(), rows, lin, pool);
+    float peak = 0;
+    for (float v : want) peak = std::max(peak, std::abs(v));
+    ASSERT_GT(peak, 100.0f);  // the large scales are in play
+    DeviceArray<float> dx(x), dy(rows * out);
+    gemv(dy.get(), out, dx.get(), in, rows, *ref, false, nullptr);
+    EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-5 * peak, 1e-4), 1.0);
+  }
+}
+
 // 2+ rows run on tensor cores with the activations split into two 16-bit parts; NVFP4's f16 parts
 // are rescaled per row by a power of two. Rows far outside f16's range (1e6), tiny rows (1e-7)
 // and a row of zeros keep f32-like precision (the rows' different scales also catch mixed-up rows).

@@ -52,7 +52,7 @@ inline std::vector<float> random_floats(size_t n, uint64_t seed, float lo = -1.0
 // Random weight bytes for W[out, in] in `dt`: F32 and BF16 uniform in [-0.5, 0.5); NVFP4 valid ggml
 // blocks (4 UE4M3 scale bytes in [scale_lo, scale_lo + scale_span), then random E2M1 codes).
 inline std::vector<uint8_t> random_weight(DType dt, int64_t out, int64_t in, uint64_t seed,
-                                          uint8_t scale_lo = 0x20, uint8_t scale_span = 0x20) {
+                                          uint8_t scale_lo = 0x20, int scale_span = 0x20) {
   std::mt19937_64 g(seed);
   std::vector<uint8_t> bytes(dtype_bytes_for(dt, out * in));
   if (dt == DType::kF32) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/cuda/fill.h"
+#include "formats/nvfp4.h"
 
 namespace flint::cuda {
 
@@ -168,7 +169,9 @@ class WeightBuilder {
       for (int64_t i = p.r0; i < p.r1; ++i, ++r) {
         const uint8_t* src = src_row(p, i);
         for (int64_t b = 0; b < nblk; ++b) {
-          std::memcpy(&scales[r * (L.in / 16) + b * 4], src + b * 36, 4);
+          for (int k = 0; k < 4; ++k) {  // the kernels' ue4m3_half reads engine scale bytes
+            scales[r * (L.in / 16) + b * 4 + k] = formats::nvfp4_engine_scale_byte(src[b * 36 + k]);
+          }
           std::memcpy(&codes[r * (L.in / 2) + b * 32], src + b * 36 + 4, 32);
         }
         row_scale[r] = p.lin->scale;
@@ -183,8 +186,10 @@ class WeightBuilder {
     L.sc = static_cast<const uint8_t*>(ds);
     L.row_scale = drs;
     // Load-time check: read back the first, middle and last row of every part from the device,
-    // rebuild the ggml blocks and compare them bit for bit with the file.
+    // rebuild ggml blocks (scale bytes mapped back) and compare their decode with the file's, bit
+    // for bit.
     std::vector<uint8_t> c(L.in / 2), sc(L.in / 16), rebuilt(nblk * 36);
+    std::vector<float> got(L.in), want(L.in);
     r = 0;
     for (const Part& p : parts) {
       const int64_t n = p.r1 - p.r0;
@@ -194,11 +199,17 @@ class WeightBuilder {
                                     c.size(), cudaMemcpyDeviceToHost));
         FLINT_CUDA_CHECK(cudaMemcpy(sc.data(), static_cast<const uint8_t*>(ds) + dr * (L.in / 16),
                                     sc.size(), cudaMemcpyDeviceToHost));
+        bool ok = true;
         for (int64_t b = 0; b < nblk; ++b) {
-          std::memcpy(&rebuilt[b * 36], &sc[b * 4], 4);
+          for (int k = 0; k < 4; ++k) {
+            ok = ok && (sc[b * 4 + k] & 0x80) == 0;
+            rebuilt[b * 36 + k] = formats::nvfp4_ggml_scale_byte(sc[b * 4 + k] & 0x7F);
+          }
           std::memcpy(&rebuilt[b * 36 + 4], &c[b * 32], 32);
         }
-        if (std::memcmp(rebuilt.data(), src_row(p, p.r0 + i), rebuilt.size()) != 0) {
+        nvfp4_decode_row(rebuilt.data(), L.in, 1.0f, got.data());
+        nvfp4_decode_row(src_row(p, p.r0 + i), L.in, 1.0f, want.data());
+        if (!ok || std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) {
           return make_error(ErrorCode::kInternal, "cuda: {}: NVFP4 repack check failed at row {}",
                             what, p.r0 + i);
         }

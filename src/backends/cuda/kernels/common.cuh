@@ -111,15 +111,12 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& r, float (&f)[8]) {
   }
 }
 
-// ggml's UE4M3 decode, returning half the value (to pair with the doubled E2M1 table), as
-// ggml_ue4m3_to_fp32: 0x00 and 0x7F are 0, bit 7 is ignored.
+// An NVFP4 sub-scale byte as the repack stores it (weights.cpp: ggml's 0x7F, which decodes to 0,
+// becomes 0x00, and bit 7, which ggml ignores, is cleared), returning half the UE4M3 value (to pair
+// with the doubled E2M1 table). Branch-free: the byte shifted left by 7 is an fp16 whose exponent
+// and mantissa are the UE4M3's, so it reads 2^-8 x the value, subnormals included.
 __device__ __forceinline__ float ue4m3_half(uint32_t x) {
-  x &= 0xffu;
-  if (x == 0u || x == 0x7fu) return 0.0f;
-  const int e = (x >> 3) & 0xf;
-  const int m = x & 7;
-  if (e == 0) return static_cast<float>(m) * (1.0f / 1024.0f);
-  return static_cast<float>(8 + m) * __int_as_float((e - 11 + 127) << 23);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>((x & 0x7fu) << 7))) * 128.0f;
 }
 
 // Doubled E2M1 values (ggml kvalues_mxfp4), placed in shared memory by each kernel that decodes.
@@ -189,6 +186,11 @@ struct Chunk<DType::kNVFP4> {
   }
   __device__ __forceinline__ float d0() const { return ue4m3_half(s & 0xffu); }
   __device__ __forceinline__ float d1() const { return ue4m3_half(s >> 8); }
+  // Both sub-scales at once, as 2^-7 x ue4m3_half: one fp16 pair (see ue4m3_half).
+  __device__ __forceinline__ float2 scales_2m7() const {
+    const uint32_t bits = ((s & 0x7fu) << 7) | ((s & 0x7f00u) << 15);
+    return __half22float2(*reinterpret_cast<const __half2*>(&bits));
+  }
   // Two E2M1 codes (the same nibble of each 16-bit half of v) as 2^-15 x the doubled E2M1 value
   // in an fp16 pair: code bits s e e m land on the fp16 sign, exponent and top mantissa bit.
   __device__ __forceinline__ static float2 decode2(uint32_t v) {
@@ -203,28 +205,39 @@ struct Chunk<DType::kNVFP4> {
     const float4 b0 = *reinterpret_cast<const float4*>(x + 8);
     const float4 b1 = *reinterpret_cast<const float4*>(x + 12);
     // Nibble k of w0's low half is element (k&1 ? 8 : 0) + (k>>1); of its high half, + 2.
-    float s = 0.0f;
+    // Two fmaf chains: `s += p.x * a + p.y * b` compiled to FMUL + FFMA + FADD per pair
+    // (scripts/sass-mix.sh), the chains to two FFMA.
+    float s0 = 0.0f, s1 = 0.0f;
     float2 p;
-    p = decode2(w0);
-    s += p.x * a0.x + p.y * a0.z;  // elements 0, 2
-    p = decode2(w0 >> 4);
-    s += p.x * b0.x + p.y * b0.z;  // 8, 10
-    p = decode2(w0 >> 8);
-    s += p.x * a0.y + p.y * a0.w;  // 1, 3
-    p = decode2(w0 >> 12);
-    s += p.x * b0.y + p.y * b0.w;  // 9, 11
-    p = decode2(w1);
-    s += p.x * a1.x + p.y * a1.z;  // 4, 6
-    p = decode2(w1 >> 4);
-    s += p.x * b1.x + p.y * b1.z;  // 12, 14
-    p = decode2(w1 >> 8);
-    s += p.x * a1.y + p.y * a1.w;  // 5, 7
-    p = decode2(w1 >> 12);
-    s += p.x * b1.y + p.y * b1.w;  // 13, 15
-    return s;
+    p = decode2(w0);  // elements 0, 2
+    s0 = fmaf(p.x, a0.x, s0);
+    s1 = fmaf(p.y, a0.z, s1);
+    p = decode2(w0 >> 4);  // 8, 10
+    s0 = fmaf(p.x, b0.x, s0);
+    s1 = fmaf(p.y, b0.z, s1);
+    p = decode2(w0 >> 8);  // 1, 3
+    s0 = fmaf(p.x, a0.y, s0);
+    s1 = fmaf(p.y, a0.w, s1);
+    p = decode2(w0 >> 12);  // 9, 11
+    s0 = fmaf(p.x, b0.y, s0);
+    s1 = fmaf(p.y, b0.w, s1);
+    p = decode2(w1);  // 4, 6
+    s0 = fmaf(p.x, a1.x, s0);
+    s1 = fmaf(p.y, a1.z, s1);
+    p = decode2(w1 >> 4);  // 12, 14
+    s0 = fmaf(p.x, b1.x, s0);
+    s1 = fmaf(p.y, b1.z, s1);
+    p = decode2(w1 >> 8);  // 5, 7
+    s0 = fmaf(p.x, a1.y, s0);
+    s1 = fmaf(p.y, a1.w, s1);
+    p = decode2(w1 >> 12);  // 13, 15
+    s0 = fmaf(p.x, b1.y, s0);
+    s1 = fmaf(p.y, b1.w, s1);
+    return s0 + s1;
   }
   __device__ __forceinline__ float dot(const float* x, const float*) const {
-    return 32768.0f * (d0() * half_dot(q.x, q.y, x) + d1() * half_dot(q.z, q.w, x + 16));
+    const float2 d = scales_2m7();  // 2^22 = 2^15 (half_dot) x 2^7 (scales_2m7), exact
+    return 4194304.0f * (d.x * half_dot(q.x, q.y, x) + d.y * half_dot(q.z, q.w, x + 16));
   }
   // One 16-element sub-block as real values times the sub-scale s (exact in f32).
   __device__ __forceinline__ static void decode16(uint32_t w0, uint32_t w1, float s, float* o) {
