@@ -277,12 +277,14 @@ __device__ __forceinline__ void down_rows(const LinearRef& Dn, const float* xs, 
   constexpr int U = 4;  // as moe_down_kernel
   const int chunks = static_cast<int>(Dn.in / Chunk<W>::kElems);
   const int total = slots * chunks;
+  const float inv_chunks = __frcp_rn(static_cast<float>(chunks));
   float acc[kR] = {};
   for (int base = 0; base < total; base += 32 * U) {
     Chunk<W> w[kR][U];
     int64_t ebase[U];
-    dev::load_down_chunks<W, kR, U>(w, ebase, Dn, ids, r0, base, total, chunks);
-    dev::accumulate_down<W, kR, U>(w, ebase, Dn, xs, PKs, coef, r0, base, total, chunks, acc);
+    dev::load_down_chunks<W, kR, U>(w, ebase, Dn, ids, r0, base, total, chunks, inv_chunks);
+    dev::accumulate_down<W, kR, U>(w, ebase, Dn, xs, PKs, coef, r0, base, total, chunks, inv_chunks,
+                                   acc);
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r) out[r] = dev::warp_sum(acc[r]);

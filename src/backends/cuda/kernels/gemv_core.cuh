@@ -176,11 +176,11 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   auto load = [&](int64_t base) {
     load_chunks<W, kGated, R, U>(wa, wb, args.a, args.b, row, valid, base, nc);
   };
-  NormPrefetch pf;
-  prefetch_norm(pf, args.norm, K);
   const int slot = expert ? g % args.pairs_per_token : 0;
   const bool fixed = expert && slot >= args.fixed_from;
   if (fixed && args.skip_fixed) return;  // another launch computed the shared slices
+  NormPrefetch pf;
+  prefetch_norm(pf, args.norm, K);
   int64_t e = fixed ? args.fixed_id0 + (slot - args.fixed_from) : 0;
   if (!expert || fixed) {
 #pragma unroll

@@ -13,9 +13,19 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
 
+// Blocks per SM the registers must allow: three for NVFP4 at two rows per warp and for U 4 (NVFP4,
+// one token: 256 blocks), four for U 2 (two tokens: 512 blocks, one wave) and for BF16 at two rows
+// (512 blocks at b4: at three per SM they took two waves, b4 +2.4%); BF16's U 8 (one token) is
+// not capped.
+template <DType W, int U, int kR>
+constexpr int down_min_blocks() {
+  if ((kR > 1 && W == DType::kNVFP4) || U == 4) return 3;
+  return U <= 2 ? 4 : 1;
+}
+
 // kR output rows per warp: one at batch 1-2 (many light warps, see gemv_core.cuh), two from 3.
 template <DType W, int U, int kR>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
     moe_down_kernel(float* __restrict__ h, int64_t h_stride, const float* __restrict__ act,
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
                     LinearRef down) {
@@ -32,13 +42,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lane = threadIdx.x & 31;
   const int64_t r0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kR;
   const int chunks = static_cast<int>(down.in / C::kElems);
-  const int total = slots * chunks;
+  const int total = slots * chunks;  // < 2^14 (moe_down's shared-memory check): small_div is exact
+  const float inv_chunks = __frcp_rn(static_cast<float>(chunks));
   const int32_t* tok_ids = ids + int64_t(t) * slots;
   // Lane work item i is chunk i % chunks of slot i / chunks.
   C w[kR][U];
   int64_t ebase[U];
   auto load = [&](int base) {
-    dev::load_down_chunks<W, kR, U>(w, ebase, down, tok_ids, r0, base, total, chunks);
+    dev::load_down_chunks<W, kR, U>(w, ebase, down, tok_ids, r0, base, total, chunks, inv_chunks);
   };
   load(0);  // the first weight loads fly while the activations are staged
   dev::ktrace_mark(kKtMarkA);
@@ -75,7 +86,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float acc[kR] = {};
   for (int base = 0; base < total; base += 32 * U) {
     if (base > 0) load(base);
-    dev::accumulate_down<W, kR, U>(w, ebase, down, xs, PK, coef, r0, base, total, chunks, acc);
+    dev::accumulate_down<W, kR, U>(w, ebase, down, xs, PK, coef, r0, base, total, chunks,
+                                   inv_chunks, acc);
   }
   dev::ktrace_mark(kKtMarkC);
 #pragma unroll
