@@ -200,39 +200,29 @@ struct Chunk<DType::kNVFP4> {
   // w0, w1: the 8 code bytes of one 16-element sub-block (byte j: element j low, j+8 high);
   // x: its 16 activations (16-byte aligned). Returns 2^-15 x sum(doubled code x activation).
   __device__ __forceinline__ static float half_dot(uint32_t w0, uint32_t w1, const float* x) {
-    const float4 a0 = *reinterpret_cast<const float4*>(x);
-    const float4 a1 = *reinterpret_cast<const float4*>(x + 4);
-    const float4 b0 = *reinterpret_cast<const float4*>(x + 8);
-    const float4 b1 = *reinterpret_cast<const float4*>(x + 12);
-    // Nibble k of w0's low half is element (k&1 ? 8 : 0) + (k>>1); of its high half, + 2.
+    // Nibble k of the low half of w0 (h = 0) or w1 (h = 1) is element 4h + (k&1 ? 8 : 0) + (k>>1);
+    // of its high half, that + 2.
     // Two fmaf chains: `s += p.x * a + p.y * b` compiled to FMUL + FFMA + FADD per pair
     // (scripts/sass-mix.sh), the chains to two FFMA.
     float s0 = 0.0f, s1 = 0.0f;
-    float2 p;
-    p = decode2(w0);  // elements 0, 2
-    s0 = fmaf(p.x, a0.x, s0);
-    s1 = fmaf(p.y, a0.z, s1);
-    p = decode2(w0 >> 4);  // 8, 10
-    s0 = fmaf(p.x, b0.x, s0);
-    s1 = fmaf(p.y, b0.z, s1);
-    p = decode2(w0 >> 8);  // 1, 3
-    s0 = fmaf(p.x, a0.y, s0);
-    s1 = fmaf(p.y, a0.w, s1);
-    p = decode2(w0 >> 12);  // 9, 11
-    s0 = fmaf(p.x, b0.y, s0);
-    s1 = fmaf(p.y, b0.w, s1);
-    p = decode2(w1);  // 4, 6
-    s0 = fmaf(p.x, a1.x, s0);
-    s1 = fmaf(p.y, a1.z, s1);
-    p = decode2(w1 >> 4);  // 12, 14
-    s0 = fmaf(p.x, b1.x, s0);
-    s1 = fmaf(p.y, b1.z, s1);
-    p = decode2(w1 >> 8);  // 5, 7
-    s0 = fmaf(p.x, a1.y, s0);
-    s1 = fmaf(p.y, a1.w, s1);
-    p = decode2(w1 >> 12);  // 13, 15
-    s0 = fmaf(p.x, b1.y, s0);
-    s1 = fmaf(p.y, b1.w, s1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t w = h == 0 ? w0 : w1;
+      const float4 a = *reinterpret_cast<const float4*>(x + 4 * h);      // elements 4h .. 4h+3
+      const float4 b = *reinterpret_cast<const float4*>(x + 8 + 4 * h);  // 8+4h .. 8+4h+3
+      float2 p = decode2(w);                                             // elements 4h, 4h+2
+      s0 = fmaf(p.x, a.x, s0);
+      s1 = fmaf(p.y, a.z, s1);
+      p = decode2(w >> 4);  // 8+4h, 8+4h+2
+      s0 = fmaf(p.x, b.x, s0);
+      s1 = fmaf(p.y, b.z, s1);
+      p = decode2(w >> 8);  // 4h+1, 4h+3
+      s0 = fmaf(p.x, a.y, s0);
+      s1 = fmaf(p.y, a.w, s1);
+      p = decode2(w >> 12);  // 8+4h+1, 8+4h+3
+      s0 = fmaf(p.x, b.y, s0);
+      s1 = fmaf(p.y, b.w, s1);
+    }
     return s0 + s1;
   }
   __device__ __forceinline__ float dot(const float* x, const float*) const {

@@ -5,15 +5,9 @@
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/small_div.h"
 
 namespace flint::cuda::dev {
-
-// floor(i / n) for 0 <= i < 2^22 and n > 0, with inv_n = __frcp_rn(n): (i + 0.5) / n is at least
-// 0.5 / n from an integer and the f32 product errs by less (relative 2^-23). Three instructions
-// where the integer division took about fifteen (scripts/sass-mix.sh).
-__device__ __forceinline__ int small_div(int i, float inv_n) {
-  return __float2int_rz((static_cast<float>(i) + 0.5f) * inv_n);
-}
 
 // Loads the pass starting at work item `base`; ids: the token's [slots] expert ids.
 template <DType W, int R, int U>
