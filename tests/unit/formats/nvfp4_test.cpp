@@ -155,6 +155,24 @@ TEST(Nvfp4, QuantizeWeightFromBf16MatchesF32Path) {
   EXPECT_EQ(max_scale, 0x77);
 }
 
+// Every ggml sub-scale byte: its engine byte has bit 7 clear and decodes to the same value (the
+// CUDA kernels' branch-free decode reads engine bytes), and mapping back gives a ggml byte of
+// that value too. The three bytes ggml reads as 0 (0x00, 0x7F, 0x80) all become 0x00.
+TEST(Nvfp4, EngineScaleBytesKeepEveryGgmlValue) {
+  for (int x = 0; x < 256; ++x) {
+    const auto g = static_cast<uint8_t>(x);
+    const uint8_t e = nvfp4_engine_scale_byte(g);
+    ASSERT_EQ(e & 0x80, 0) << x;
+    EXPECT_EQ(nvfp4_engine_scale_to_f32(e), ue4m3_to_f32(g)) << x;
+    EXPECT_EQ(ue4m3_to_f32(nvfp4_ggml_scale_byte(e)), ue4m3_to_f32(g)) << x;
+  }
+  EXPECT_EQ(nvfp4_engine_scale_byte(0x7F), 0x00);
+  EXPECT_EQ(nvfp4_engine_scale_byte(0x80), 0x00);
+  EXPECT_EQ(nvfp4_engine_scale_byte(0xFF), 0x7F);
+  EXPECT_EQ(nvfp4_engine_scale_to_f32(0x7F), 480.0f);
+  EXPECT_EQ(nvfp4_ggml_scale_byte(0x7F), 0xFF);
+}
+
 TEST(Nvfp4, EngineRepackDecodesBitIdentical) {
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 64}, {7, 192}, {129, 128}}) {
     SCOPED_TRACE(testing::Message() << rows << "x" << cols);
