@@ -155,6 +155,8 @@ if [[ "$what" == tests || "$what" == all ]]; then
   tail -25 "$out/ctest.log"
   timeout 200 "$build/tests/gpu_tests" --gtest_filter='CudaForward.*' > "$out/forward_detail.log" 2>&1 || true
   grep -E "worst|greedy|window|bf16|nvfp4|f32_|all_sliding|chunk|Failure|Expected|actual|fatal" "$out/forward_detail.log" | head -40
+  # The verdict last, where a caller's tail of the output finds it.
+  echo "gpu.sh: ctest -L gpu: $(grep -E "tests passed|tests failed" "$out/ctest.log" 2> /dev/null || echo "no summary")"
 fi
 if [[ "$what" == bench || "$what" == all ]]; then
   if [[ -x "$build/src/cli/flint" ]]; then
