@@ -14,8 +14,8 @@ namespace flint::cuda {
 // order: byte j of a 16-element sub-block holds element j low and j+8 high), and the UE4M3
 // sub-scales are a separate [rows, in/16] byte array, so 16-byte loads stay aligned. The scale
 // bytes are engine bytes (formats::nvfp4_engine_scale_byte: bit 7 clear, ggml's 0x7F as 0x00),
-// which the kernels decode without branches (ue4m3_half). The real
-// value is E2M1 x UE4M3 x row_scale[row] (row_scale: the tensor's global scale, per row so that
+// which the kernels decode without branches (ue4m3_half). The real value is
+// E2M1 x UE4M3 x row_scale[row] (row_scale: the tensor's global scale, per row so that
 // concatenated tensors such as q|k|v keep their own).
 struct LinearRef {
   DType dtype = DType::kBF16;

@@ -162,22 +162,16 @@ void launch_w(const RouteArgs& a, cudaStream_t s) {
   int nb = n >= 8 ? 8 : n > 2 ? 4 : n;
   while (nb > 1 && nb * dev::padded_len(a.g.a.in) * int64_t(sizeof(float)) > kMaxSmemBytes) nb /= 2;
   const int groups = static_cast<int>(ceil_div(n, nb));
-  // One or two tokens: the router row in one pass (one DRAM round trip), twice the loads per lane.
+  // One or two tokens: the router row in one pass (one DRAM round trip), twice the loads per lane
+  // (at two: NVFP4 b2 1K 3.156 -> 3.073 ms, BF16 3.841 -> 3.745; H200, scripts/gpu.sh ab).
   constexpr int kPass = 32 * dev::gemv_unroll<W, false, kR>() * dev::Chunk<W>::kElems;
+  const bool long_row = a.g.a.in > kPass;  // longer than one pass of single loads
   switch (nb) {
     case 1:
-      if (a.g.a.in > kPass) {
-        launch_nb<W, 1, 2>(a, groups, s);
-      } else {
-        launch_nb<W, 1>(a, groups, s);
-      }
+      long_row ? launch_nb<W, 1, 2>(a, groups, s) : launch_nb<W, 1>(a, groups, s);
       break;
-    case 2:  // one pass too: NVFP4 b2 1K 3.156 -> 3.073 ms, BF16 3.841 -> 3.745 (H200, gpu.sh ab)
-      if (a.g.a.in > kPass) {
-        launch_nb<W, 2, 2>(a, groups, s);
-      } else {
-        launch_nb<W, 2>(a, groups, s);
-      }
+    case 2:
+      long_row ? launch_nb<W, 2, 2>(a, groups, s) : launch_nb<W, 2>(a, groups, s);
       break;
     case 4:
       launch_nb<W, 4>(a, groups, s);
