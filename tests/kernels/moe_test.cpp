@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -216,6 +217,73 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
       }
       moe_down(dh.get(), d, act.get(), ids.get(), rw.get(), T, slots, L.exp_down, nullptr);
       EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 1e-4, 1e-4), 1.0);
+    }
+  }
+}
+
+// The gate/up kernel's whole-block top-k (top_k_token_block: every warp its own best, then warp
+// 0 over the candidates) against the router's one-warp top-k (moe_router) on the same logits:
+// the same ids and weights bit for bit. The logits take 17 values and the biases 3, so keys tie
+// within and across warps (ties go to the lower id); E covers all 8 warps, a partial last warp
+// and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
+// kernel's warp-0 top-k (the same code as the router's) runs instead.
+TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
+  FLINT_REQUIRE_GPU();
+  struct Shape {
+    int64_t E, k;
+  };
+  for (auto [E, k] : {Shape{256, 8}, Shape{256, 6}, Shape{200, 1}, Shape{77, 5}, Shape{13, 3},
+                      Shape{256, 9}, Shape{300, 10}}) {
+    cpu::testing::TinyOptions o;
+    o.num_layers = 1;
+    o.num_dense = 0;
+    o.hidden_size = 64;
+    o.num_heads = 2;
+    o.num_kv_heads = 1;
+    o.head_dim = 32;
+    o.moe_intermediate_size = 16;
+    o.shared_intermediate_size = 32;  // two slices
+    o.num_experts = E;
+    o.num_experts_per_tok = k;
+    o.seed = 5;
+    const auto m = cpu::testing::make_tiny_model(o);
+    auto dw = DeviceWeights::upload(m.weights, nullptr);
+    ASSERT_TRUE(dw.has_value()) << dw.error().message;
+    const DeviceLayer& L = dw->layers()[0];
+    const int slots = static_cast<int>(k) + dw->num_shared_slots();
+    const int64_t d = o.hidden_size, I = o.moe_intermediate_size;
+    for (bool bias : {false, true}) {
+      for (bool norm_topk : {true, false}) {
+        for (int T : {1, 2, 3}) {
+          SCOPED_TRACE(
+              fmt::format("E={} k={} bias={} norm_topk={} tokens={}", E, k, bias, norm_topk, T));
+          auto lg = random_floats(T * E, 7 + T + E, -8.0f, 8.0f);
+          for (float& v : lg) v = std::round(v) / 4.0f;  // 17 values: ties
+          auto bv = random_floats(E, 11 + E, -1.5f, 1.5f);
+          for (float& v : bv) v = std::round(v) / 8.0f;  // -1/8, 0, 1/8
+          const MoeRouting r{static_cast<int>(E), static_cast<int>(k), dw->num_shared_slots(),
+                             norm_topk, norm_topk ? 1.0f : 2.5f};
+          DeviceArray<float> logits(lg), dbias(bv), x(random_floats(T * d, 3, -1.0f, 1.0f));
+          DeviceArray<float> rw_warp(T * slots), rw_block(T * slots), act(T * slots * I);
+          DeviceArray<int32_t> ids_warp(T * slots), ids_block(std::vector<int32_t>(T * slots, -1));
+          const float* b = bias ? dbias.get() : nullptr;
+          moe_router(ids_warp.get(), rw_warp.get(), logits.get(), b, T, r, nullptr);
+          gemv_gated_routed_experts(act.get(), x.get(), d, T, logits.get(), b, r, ids_block.get(),
+                                    rw_block.get(), L.exp_gate, L.exp_up, nullptr);
+          const auto iw = ids_warp.to_host(), ib = ids_block.to_host();
+          EXPECT_EQ(ib, iw);
+          EXPECT_EQ(rw_block.to_host(), rw_warp.to_host());
+          // The picks are distinct routed experts in key order, then the shared slices.
+          for (int t = 0; t < T; ++t) {
+            std::vector<int32_t> picks(iw.begin() + t * slots, iw.begin() + t * slots + k);
+            std::sort(picks.begin(), picks.end());
+            EXPECT_EQ(std::adjacent_find(picks.begin(), picks.end()), picks.end());
+            EXPECT_GE(picks.front(), 0);
+            EXPECT_LT(picks.back(), E);
+            EXPECT_EQ(iw[t * slots + k], E);
+          }
+        }
+      }
     }
   }
 }

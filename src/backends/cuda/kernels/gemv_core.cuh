@@ -42,28 +42,27 @@ struct GemvArgs {
   float* w_out = nullptr;
 };
 
-// kTopK: the expert of pair g (a routed slot: warp 0 runs the token's top-k as moe_route does,
-// `scratch` its [2E] floats; a fixed slot: fixed_e, weight 1), recorded by block x == 0. Every
-// thread of the block must call it. kAhead (E <= 256): warp 0's lanes hold their biases in
-// bias_pre (load_bias_ahead; top_k_token_ahead).
+// kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
+// slot: fixed_e, weight 1), recorded by block x == 0. Every thread of the block must call it.
+// kAhead (E <= 256, top_k <= kBlockTopKMax): the whole block picks (top_k_token_block), each
+// thread's selection bias of expert threadIdx.x loaded ahead in bias_one; otherwise warp 0 picks
+// (top_k_token, `scratch` its [2E] floats).
 template <bool kAhead>
 __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
-                                               int64_t fixed_e, float* scratch,
-                                               const float (&bias_pre)[8]) {
+                                               int64_t fixed_e, float* scratch, float bias_one) {
   __shared__ int32_t pick_ids[32];
   __shared__ float pick_w[32];
   const int E = a.route.num_experts, slot = g % a.pairs_per_token, t = g / a.pairs_per_token;
   int64_t e = fixed_e;
   float w = 1.0f;
+  static_assert(kGemvWarps * 32 >= 256, "top_k_token_block: a thread per expert (E <= 256)");
   if (!fixed) {
-    if (threadIdx.x < 32) {
-      if constexpr (kAhead) {
-        top_k_token_ahead(a.route_logits + int64_t(t) * E, bias_pre, a.route, scratch, pick_ids,
-                          pick_w);
-      } else {
-        top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
-                    pick_w);
-      }
+    if constexpr (kAhead) {
+      top_k_token_block<kGemvWarps>(a.route_logits + int64_t(t) * E, bias_one, a.route, scratch,
+                                    pick_ids, pick_w);
+    } else if (threadIdx.x < 32) {
+      top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
+                  pick_w);
     }
     __syncthreads();
     e = pick_ids[slot];
@@ -156,8 +155,9 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
 // the block must call it (it synchronises); it performs the PDL wait itself. UX multiplies the
 // chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
-// kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, with
-// the selection bias loaded before the PDL wait (E <= 256 only).
+// kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, by
+// the whole block, with the selection bias loaded before the PDL wait (E <= 256, top_k <=
+// kBlockTopKMax).
 // (bx, by): the block's coordinates in this GEMV (blockIdx unless the launch runs other work too).
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by) {
@@ -187,9 +187,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
     for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
     load(0);  // weights do not depend on earlier kernels: fetch them before the wait
   }
-  float bias_pre[8];
+  float bias_one = 0.0f;  // kTopK 2: the selection bias of expert threadIdx.x (pick_expert)
   if constexpr (kTopK == 2) {
-    if (threadIdx.x < 32) load_bias_ahead(args.route_bias, args.route.num_experts, bias_pre);
+    if (args.route_bias != nullptr && int(threadIdx.x) < args.route.num_experts)
+      bias_one = __ldg(args.route_bias + threadIdx.x);
   }
   ktrace_mark(kKtWaitBegin);
   pdl_wait();
@@ -199,7 +200,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   int64_t y_row0;
   if (expert) {
     if constexpr (kTopK > 0) {
-      e = pick_expert<kTopK == 2>(args, g, fixed, e, xs, bias_pre);  // xs: staged only below
+      e = pick_expert<kTopK == 2>(args, g, fixed, e, xs, bias_one);  // xs: staged only below
     }
     ktrace_mark(kKtMarkA);
     if (!fixed) {

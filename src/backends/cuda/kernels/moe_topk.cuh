@@ -1,6 +1,7 @@
-// The MoE top-k of one token by one warp (sigmoid scores, optional selection bias, ties to the
-// lower id, normalised/scaled weights, then the shared-expert slots), shared by moe_route
-// (moe_router.cu) and the persistent decode kernel (decode_persistent.cu).
+// The MoE top-k of one token (sigmoid scores, optional selection bias, ties to the lower id,
+// normalised/scaled weights, then the shared-expert slots) by one warp, shared by moe_route
+// (moe_router.cu) and the persistent decode kernel (decode_persistent.cu), or by a whole block
+// (the gate/up kernel's in-block routing, gemv_core.cuh).
 // Reference: cpu::route (spec section 2.5).   Test: tests/kernels/moe_test.cpp
 #pragma once
 
@@ -178,24 +179,80 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
   }
 }
 
-// top_k_token for E <= 256 with this lane's biases of experts lane + 32 i loaded ahead
-// (load_bias_ahead, before a PDL wait): the same picks, a shorter chain after the logits arrive.
-__device__ __forceinline__ void load_bias_ahead(const float* bias, int E, float (&b)[8]) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int e = lane + 32 * i;
-    b[i] = e < E && bias != nullptr ? __ldg(bias + e) : 0.0f;
-  }
-}
-__device__ __forceinline__ void top_k_token_ahead(const float* logits, const float (&bias_pre)[8],
-                                                  const MoeRouting& r, float* scratch,
+// The top-k of one token by a whole block of kW warps, for E <= 32 kW experts and top_k <=
+// kBlockTopKMax: the same picks, scores and weights as top_k_token (the same order: key
+// descending, ties to the lower id; the picked scores summed in pick order), with a shorter
+// dependent chain. Thread i scores expert i (`bias`: expert i's selection bias, loaded ahead by
+// the caller, e.g. before a PDL wait); each warp retires its own top_k best of 32, one redux.sync
+// pair per pick; warp 0 picks the top_k best of those kW x top_k candidates. score: [E] floats of
+// shared memory; out_ids/out_w (shared or global) as top_k_token. Every thread of the block must
+// call it; it holds one __syncthreads, and out_ids/out_w are written by warp 0 only (the caller
+// synchronises before reading them from other warps).
+inline constexpr int kBlockTopKMax = 8;
+template <int kW>
+__device__ __forceinline__ void top_k_token_block(const float* logits, float bias,
+                                                  const MoeRouting& r, float* score,
                                                   int32_t* out_ids, float* out_w) {
-  RegisterKeys<8> keys;
-  keys.pre = true;
+  static_assert(kW * kBlockTopKMax <= 64, "two candidates per lane of warp 0");
+  __shared__ uint32_t cand_key[kW * kBlockTopKMax];
+  __shared__ int32_t cand_id[kW * kBlockTopKMax];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int E = r.num_experts, K = r.top_k, e = threadIdx.x;
+  // ordered_bits of a key is never 0 (NaN keys are -FLT_MAX): 0 marks "no expert".
+  uint32_t key = 0;
+  if (e < E) {
+    const float sc = sigmoid_score(__ldcg(logits + e));
+    score[e] = sc;
+    key = ordered_bits(selection_key(sc, bias));
+  }
+  for (int k = 0; k < K; ++k) {  // this warp's best K, lanes in id order
+    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+    const uint32_t win = __reduce_min_sync(0xffffffffu, key == top ? uint32_t(lane) : 32u);
+    if (lane == int(win)) {
+      cand_key[warp * K + k] = top;
+      cand_id[warp * K + k] = top != 0 ? e : E;
+      key = 0;
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  uint32_t ck[2];
+  int ci[2];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) keys.bias_pre[i] = bias_pre[i];
-  pick_top_k(keys, logits, nullptr, r, scratch, out_ids, out_w);
+  for (int h = 0; h < 2; ++h) {
+    const int i = lane + 32 * h;
+    const bool ok = i < kW * K;
+    ck[h] = ok ? cand_key[i] : 0u;
+    ci[h] = ok ? cand_id[i] : E;
+  }
+  float picked_sum = 0.0f, my_w = 0.0f;
+  int my_id = 0;
+  for (int k = 0; k < K; ++k) {
+    const bool second = ck[1] > ck[0] || (ck[1] == ck[0] && ci[1] < ci[0]);
+    const uint32_t mine = second ? ck[1] : ck[0];
+    const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
+    const int best_e = static_cast<int>(__reduce_min_sync(
+        0xffffffffu, mine == top ? static_cast<uint32_t>(second ? ci[1] : ci[0]) : 0xffffffffu));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (ci[h] == best_e) ck[h] = 0u;
+    }
+    const float sc = score[best_e];
+    if (lane == k) {
+      my_w = sc;
+      my_id = best_e;
+    }
+    picked_sum += sc;
+  }
+  const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
+  if (lane < K) {
+    out_ids[lane] = my_id;
+    out_w[lane] = my_w * scale;
+  }
+  if (lane < r.num_shared_slots) {
+    out_ids[K + lane] = E + lane;
+    out_w[K + lane] = 1.0f;
+  }
 }
 
 }  // namespace flint::cuda::dev
