@@ -508,7 +508,9 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
         x = ws_a_;
         norm = GemvNorm{};
       }
-      if (T <= kRoutedGateUpMaxTokens) {
+      const int routed_max =
+          L.exp_gate.dtype == DType::kNVFP4 ? kRoutedGateUpMaxTokensNvfp4 : kRoutedGateUpMaxTokens;
+      if (T <= routed_max) {
         // The top-k in the gate/up kernel: the router is a plain GEMV with no serial tail.
         if (run(kOpRouter)) moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s);
         mark("moe_router");

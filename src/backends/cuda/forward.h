@@ -85,8 +85,12 @@ class CudaForward {
   // (gemv_gated_routed_experts, every block the top-k of its token) after a router GEMV with no
   // top-k tail. H200, ms per step (graph): NVFP4 b1 1K 2.436 -> 2.362, 100K 3.181 -> 3.125; BF16
   // b1 1K 2.900 -> 2.851. At batch 8 (seventh session) the top-k in each gate/up block cost more
-  // than the tail it saved (NVFP4 10.46 -> 10.72).
+  // than the tail it saved (NVFP4 10.46 -> 10.72). With the whole block picking
+  // (top_k_token_block; fourteenth session, scripts/gpu.sh sweep, three rounds, ms per step at
+  // 1K / 100K), two NVFP4 tokens gain too: b2 3.100 -> 3.030 / 4.456 -> 4.385; two BF16 tokens
+  // lose: 3.769 -> 3.939 / 5.088 -> 5.273.
   static constexpr int kRoutedGateUpMaxTokens = 1;
+  static constexpr int kRoutedGateUpMaxTokensNvfp4 = 2;  // NVFP4 experts
 
   // Allocates the KV cache described by `kv` (full layers paged, sliding layers as rings).
   static Result<std::unique_ptr<CudaForward>> create(const DeviceWeights& w,
