@@ -24,10 +24,6 @@ __device__ __forceinline__ float selection_key(float score, float bias) {
 template <int kPer>
 struct RegisterKeys {
   float key[kPer];  // -inf once picked, and past the experts
-  // With `pre`: lane l's selection biases of experts l + 32 i, loaded ahead (before a PDL wait:
-  // the bias is a weight). Otherwise they are loaded with the logits.
-  bool pre = false;
-  float bias_pre[kPer];
   __device__ __forceinline__ void load(const float* logits, const float* bias, int E,
                                        float* score) {
     const int lane = threadIdx.x & 31;
@@ -36,11 +32,7 @@ struct RegisterKeys {
     for (int i = 0; i < kPer; ++i) {
       const int e = lane + 32 * i;
       v[i] = e < E ? __ldcg(logits + e) : 0.0f;
-      if (pre) {
-        b[i] = bias_pre[i];
-      } else {
-        b[i] = e < E && bias != nullptr ? bias[e] : 0.0f;
-      }
+      b[i] = e < E && bias != nullptr ? bias[e] : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
