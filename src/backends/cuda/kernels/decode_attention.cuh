@@ -45,12 +45,17 @@ template <int D>
 constexpr int stage_bytes() {
   return 2 * kTileKeys * D * 2;  // K then V tile, bf16
 }
-// After the main loop the stages hold the warps' partials, [kWarps][kMaxGroup][D + 2] floats, and
-// for a cluster merge the block's partial behind them: [kMaxGroup][D] accumulators, then
-// [kMaxGroup][2] m (log2 units), l.
+// After the main loop the stages hold the warps' partials, [kWarps][kMaxGroup][D + 4] floats (D
+// accumulators, m, l and two floats of padding, so that rows start on 16 bytes), and for a
+// cluster merge the block's partial behind them: [kMaxGroup][D] accumulators, then [kMaxGroup][2]
+// m (log2 units), l.
+template <int D>
+constexpr int warp_partial_row() {
+  return D + 4;
+}
 template <int D>
 constexpr int warp_partials_bytes() {
-  return kWarps * kMaxGroup * (D + 2) * 4;
+  return kWarps * kMaxGroup * warp_partial_row<D>() * 4;
 }
 template <int D>
 constexpr int smem_bytes() {
@@ -120,19 +125,26 @@ __device__ __forceinline__ int64_t key_row(const TokenKv& kv, bool sliding, int6
   return int64_t(page) * kv.page_size + p % kv.page_size;
 }
 
-// Fused decode prologue (spec 2.3 steps 2-3): the block's G query heads into sm_q (f32), its
-// kv head's new K (normed, roped) and V into sm_kv (bf16); split 0 also stores them in the cache.
+// Fused decode prologue (spec 2.3 steps 2-3): the block's G query heads, times `qs` (the softmax
+// scale in log2 units) and split into bf16 high and low parts, into sm_qa (rows g and
+// kMaxGroup + g: the mma's A operand, loaded with ldmatrix; rows of absent heads zero), its kv
+// head's new K (normed, roped) and V into sm_kv (bf16); split 0 also stores them in the cache.
 // One warp per head, staged in sm_x so the NeoX pairs (j, j + D/2) rotate in place; the angles
 // (dev::rope_cos_sin) are the same for every head of the row, so each lane computes its own once.
 // kPdl: the kernel was launched with PDL; the angles (from the step's positions, uploaded before
 // the step) are computed before the wait, the projections read after it.
 template <int D, bool kPdl>
-__device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bool store,
-                                float (*sm_q)[D], __nv_bfloat16 (*sm_kv)[D], float (*sm_x)[D]) {
+__device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bool store, float qs,
+                                __nv_bfloat16 (*sm_qa)[D + 8], __nv_bfloat16 (*sm_kv)[D],
+                                float (*sm_x)[D]) {
   const DecodeQkv& pq = args.pro;
   const int H = args.a.num_heads, Hkv = args.a.num_kv_heads, G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t pos = args.kv.positions[row];
+  for (int i = threadIdx.x; i < (kMaxGroup - G) * D; i += kThreads) {  // heads G .. 7: none
+    const int g = G + i / D, j = i % D;
+    sm_qa[g][j] = sm_qa[kMaxGroup + g][j] = __float2bfloat16(0.0f);
+  }
   constexpr int kPairs = (D / 2 + 31) / 32;  // rotation pairs per lane
   float2 rot[kPairs];
   if (pq.rope && warp < G + 1) {  // the warps that rotate a query head or K
@@ -200,7 +212,8 @@ __device__ void decode_prologue(const AttnKernelArgs& args, int row, int kvh, bo
       }
     }
     if (it < G) {
-      for (int j = lane; j < D; j += 32) sm_q[it][j] = x[j];
+      for (int j = lane; j < D; j += 32)
+        split_bf16(x[j] * qs, sm_qa[it][j], sm_qa[kMaxGroup + it][j]);
     } else {
       __nv_bfloat16* kv_row = sm_kv[it - G];
       for (int j = lane; j < D; j += 32) kv_row[j] = __float2bfloat16(x[j]);
@@ -335,7 +348,9 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   __shared__ float sm_inv_z[kMaxGroup];
   __shared__ int sm_last;
   // Fused variant: the prologue's results.
-  __shared__ float sm_q[kFused ? kMaxGroup : 1][D];
+  // The query heads as the mma's A operand: rows 0..7 the bf16 high parts, rows 8..15 the lows
+  // (row stride D + 8: ldmatrix's eight rows fall in different banks).
+  __shared__ __align__(16) __nv_bfloat16 sm_qa[kFused ? 2 * kMaxGroup : 1][D + 8];
   __shared__ float sm_x[kFused ? kWarps : 1][D];
   __shared__ __align__(16) __nv_bfloat16 sm_kv[2][D];
 
@@ -428,16 +443,22 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) issue(j, lookup(j));
   if constexpr (kFused) {
-    decode_prologue<D, kPdl>(args, row, kvh, split == 0, sm_q, sm_kv, sm_x);
+    decode_prologue<D, kPdl>(args, row, kvh, split == 0, args.a.scale * kLog2e, sm_qa, sm_kv, sm_x);
     __syncthreads();
     if constexpr (kPdl) dev::ktrace_mark(kKtMarkA);
   }
   // Q fragments, pre-scaled into log2 units: rows 0..7 the bf16 high parts, rows 8..15 the lows.
+  // Fused: the prologue left them in sm_qa, one ldmatrix per 16 channels (the lanes' rows: 0..15,
+  // then 0..15 again 8 channels on).
   uint32_t qa[D / 16][4];
-  {
+  if constexpr (kFused) {
+    const uint32_t q0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm_qa[lane & 15][0])) +
+                        uint32_t((lane >> 4) * 16);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qa[ks], q0 + uint32_t(ks * 32));
+  } else {
     const float qs = args.a.scale * kLog2e;
-    const float* qp = kFused ? &sm_q[gr < G ? gr : 0][2 * qd]
-                             : args.q + (int64_t(row) * H + kvh * G + gr) * D + 2 * qd;
+    const float* qp = args.q + (int64_t(row) * H + kvh * G + gr) * D + 2 * qd;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       __nv_bfloat16 hi[4], lo[4];
@@ -546,10 +567,11 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   __syncthreads();  // the stages become the merge area
 
-  // Merge the warps: [kWarps][kMaxGroup][D + 2] floats (D accumulators, m, l).
+  // Merge the warps: [kWarps][kMaxGroup][kRow] floats (D accumulators, m, l, padding).
+  constexpr int kRow = warp_partial_row<D>();
   float* mg = reinterpret_cast<float*>(smem);
   {
-    float* mw = mg + (warp * kMaxGroup + gr) * (D + 2);
+    float* mw = mg + (warp * kMaxGroup + gr) * kRow;
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb) {
       mw[nb * 8 + 2 * qd] = oacc[nb][0] + oacc[nb][2];
@@ -569,7 +591,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   static_assert(kMaxGroup * kWarps <= kThreads, "a thread per (head, warp)");
   if (int(threadIdx.x) < G * kWarps) {
     const int g = threadIdx.x / kWarps, w = threadIdx.x % kWarps;
-    auto m_of = [&](int v) { return mg[(v * kMaxGroup + g) * (D + 2) + D]; };
+    auto m_of = [&](int v) { return mg[(v * kMaxGroup + g) * kRow + D]; };
     float M = -INFINITY;
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) M = fmaxf(M, m_of(v));
@@ -578,7 +600,7 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
       float L = 0.0f;
 #pragma unroll
       for (int v = 0; v < kWarps; ++v)
-        L += mg[(v * kMaxGroup + g) * (D + 2) + D + 1] * rescale(m_of(v), M);
+        L += mg[(v * kMaxGroup + g) * kRow + D + 1] * rescale(m_of(v), M);
       sm_m[g] = M;
       sm_l[g] = L;
     }
@@ -588,25 +610,33 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   float* part_ml = args.part + int64_t(num_rows) * H * S * D;
   // SplitMerge::kCluster: this block's partial, read by the cluster (see smem_bytes).
   float* block_part = mg + warp_partials_bytes<D>() / 4;
-  for (int idx = threadIdx.x; idx < G * D; idx += kThreads) {
-    const int g = idx / D, d = idx % D;
+  // Four channels per thread: the same products, added in the same order, as one per thread.
+  constexpr int kVecs = D / 4;
+  for (int idx = threadIdx.x; idx < G * kVecs; idx += kThreads) {
+    const int g = idx / kVecs, d = idx % kVecs * 4;
     const float M = sm_m[g], L = sm_l[g];
-    float A = 0.0f;
+    float4 A = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) A += mg[(w * kMaxGroup + g) * (D + 2) + d] * sm_wt[g][w];
+    for (int w = 0; w < kWarps; ++w) {
+      add_weighted(A, *reinterpret_cast<const float4*>(mg + (w * kMaxGroup + g) * kRow + d),
+                   sm_wt[g][w]);
+    }
     if (S == 1) {
       const float sink = args.sinks != nullptr ? args.sinks[kvh * G + g] * kLog2e : -INFINITY;
       const float Mf = fmaxf(M, sink);
-      const float z = L * rescale(M, Mf) + rescale(sink, Mf);
-      args.out[(head0 + g) * D + d] = z > 0.0f ? A * rescale(M, Mf) / z : 0.0f;
+      const float r = rescale(M, Mf);
+      const float z = L * r + rescale(sink, Mf);
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (z > 0.0f) o = make_float4(A.x * r / z, A.y * r / z, A.z * r / z, A.w * r / z);
+      *reinterpret_cast<float4*>(args.out + (head0 + g) * D + d) = o;
     } else if constexpr (kMerge == SplitMerge::kCluster) {
-      block_part[g * D + d] = A;
+      *reinterpret_cast<float4*>(block_part + g * D + d) = A;
       if (d == 0) {
         block_part[kMaxGroup * D + 2 * g] = M;
         block_part[kMaxGroup * D + 2 * g + 1] = L;
       }
     } else {
-      args.part[((head0 + g) * S + split) * D + d] = A;
+      *reinterpret_cast<float4*>(args.part + ((head0 + g) * S + split) * D + d) = A;
       if (d == 0) {
         part_ml[((head0 + g) * S + split) * 2] = M;
         part_ml[((head0 + g) * S + split) * 2 + 1] = L;
