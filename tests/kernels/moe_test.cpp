@@ -32,6 +32,21 @@ std::vector<float> normed(const std::vector<float>& x, const float* w, int rows,
   return y;
 }
 
+// One MoE layer and no dense one: 2 query heads over 1 kv head, routed experts of `inter` rows
+// and the shared expert as two slices of that size.
+cpu::testing::TinyOptions one_moe_layer(int64_t hidden, int64_t head_dim, int64_t inter) {
+  cpu::testing::TinyOptions o;
+  o.num_layers = 1;
+  o.num_dense = 0;
+  o.hidden_size = hidden;
+  o.num_heads = 2;
+  o.num_kv_heads = 1;
+  o.head_dim = head_dim;
+  o.moe_intermediate_size = inter;
+  o.shared_intermediate_size = 2 * inter;
+  return o;
+}
+
 TEST(MoeRoute, MatchesCpuRouteAfterRmsNorm) {
   FLINT_REQUIRE_GPU();
   // d: one pass of a warp's loads over the row, or (one or two tokens) the doubled loads of a row
@@ -105,15 +120,7 @@ TEST(MoeRoute, MatchesCpuRouteAfterRmsNorm) {
 TEST(MoeExperts, BlockMatchesCpuMoe) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
-    cpu::testing::TinyOptions o;
-    o.num_layers = 1;
-    o.num_dense = 0;
-    o.hidden_size = 192;
-    o.num_heads = 2;
-    o.num_kv_heads = 1;
-    o.head_dim = 64;
-    o.moe_intermediate_size = 64;
-    o.shared_intermediate_size = 128;  // two slices of the routed size
+    cpu::testing::TinyOptions o = one_moe_layer(192, 64, 64);
     o.num_experts = 13;
     o.num_experts_per_tok = 3;
     o.expert_bias = true;
@@ -234,15 +241,7 @@ TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   };
   for (auto [E, k] : {Shape{256, 8}, Shape{256, 6}, Shape{200, 1}, Shape{77, 5}, Shape{13, 3},
                       Shape{256, 9}, Shape{300, 10}}) {
-    cpu::testing::TinyOptions o;
-    o.num_layers = 1;
-    o.num_dense = 0;
-    o.hidden_size = 64;
-    o.num_heads = 2;
-    o.num_kv_heads = 1;
-    o.head_dim = 32;
-    o.moe_intermediate_size = 16;
-    o.shared_intermediate_size = 32;  // two slices
+    cpu::testing::TinyOptions o = one_moe_layer(64, 32, 16);
     o.num_experts = E;
     o.num_experts_per_tok = k;
     o.seed = 5;
