@@ -70,10 +70,10 @@ void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
   // Up to 256 experts the selection bias is loaded before the PDL wait. With the picks on
   // redux.sync (moe_topk.cuh), H200 ms per step: NVFP4 b1 1K 2.376 -> 2.344, BF16 b1 1K
   // 2.938 -> 2.869 (scripts/gpu.sh sweep, two rounds). With the whole block picking
-  // (top_k_token_block) instead of warp 0 (three rounds): NVFP4 b1 1K 2.225 -> 2.148, 100K
-  // 2.965 -> 2.875; BF16 b1 1K 2.835 -> 2.736.
-  // The fallback for more experts or picks is another kernel: in this one its code cost
-  // registers (spills of 60 bytes where 8 were).
+  // (top_k_token_block) instead of warp 0 (scripts/gpu.sh ab, three rounds): NVFP4 b1 1K
+  // 2.196 -> 2.115, 100K 2.952 -> 2.854; BF16 b1 1K 2.703 -> 2.590. The fallback for more
+  // experts or picks is the other kernel: in this one its code cost registers (spills of 60
+  // bytes where 8 were) and the whole gain.
   if (a.route.num_experts <= 256 && a.route.top_k <= dev::kBlockTopKMax) {
     return launch_routed_k<W, 2>(a, smem, s);
   }
