@@ -15,6 +15,11 @@
 #        the code reads), FLINT_AB_ROUNDS rounds (default 2), one column of median graph ms per value.
 #        scripts/gpu.sh ktrace [decode_step_bench args...]: a -DFLINT_KTRACE=ON build of the bench
 #        run with --ktrace (each kernel kind's timeline: prologue, PDL wait, marks, hand-off).
+#        scripts/gpu.sh ncu REGEX [decode_step_bench args...]: Nsight Compute on FLINT_NCU_COUNT
+#        (default 3) launches of the kernels matching REGEX after FLINT_NCU_SKIP (default 100), in
+#        the bench's decode steps: details.txt, the SASS page (sass.csv.gz) and its per-warp
+#        instruction chain (scripts/ncu-chain.py: instructions per warp between the PDL wait and
+#        the barriers, with their stall samples).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 what="${1:-all}"
@@ -112,6 +117,28 @@ if [[ "$what" == ktrace ]]; then
   "$build-ktrace/bench/decode_step_bench" --ktrace "$@" > "$out/ktrace.md" 2> "$out/ktrace.log" ||
     { echo "gpu.sh ktrace: the bench failed"; tail -5 "$out/ktrace.log"; exit 1; }
   cat "$out/ktrace.md"
+  exit 0
+fi
+if [[ "$what" == ncu ]]; then
+  regex="${1:?usage: scripts/gpu.sh ncu REGEX [decode_step_bench args...]}"
+  shift
+  [[ " $* " == *" --prefill "* ]] || set -- "$@" --prefill 0
+  skip="${FLINT_NCU_SKIP:-100}" count="${FLINT_NCU_COUNT:-3}"
+  [[ "$skip" =~ ^[0-9]+$ && "$count" =~ ^[1-9][0-9]*$ ]] ||
+    { echo "gpu.sh ncu: FLINT_NCU_SKIP >= 0 and FLINT_NCU_COUNT >= 1, got '$skip' '$count'"; exit 1; }
+  configure . "$build" "$out/configure.log"
+  cmake --build "$build" -j "$jobs" --target decode_step_bench > "$out/build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+  rep="$(mktemp -d)/ncu"
+  ncu --clock-control none -k "regex:$regex" --launch-skip "$skip" --launch-count "$count" \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section SourceCounters --import-source yes -o "$rep" \
+    "$build/bench/decode_step_bench" "$@" > "$out/ncu.log" 2>&1 ||
+    { echo "gpu.sh ncu: ncu failed"; tail -20 "$out/ncu.log"; exit 1; }
+  ncu -i "$rep.ncu-rep" --page details > "$out/details.txt" 2>&1
+  ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2> /dev/null | gzip > "$out/sass.csv.gz"
+  grep -E "^  [^ ].*\(|Duration|Registers Per|Warp Cycles Per Issued|DRAM Throughput" "$out/details.txt"
+  python3 scripts/ncu-chain.py "$out/sass.csv.gz" | tee "$out/chain.md"
   exit 0
 fi
 if [[ "$what" == ab ]]; then
