@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -229,9 +228,11 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
 }
 
 // The gate/up kernel's whole-block top-k (top_k_token_block: every warp its own best, then warp
-// 0 over the candidates) against the router's one-warp top-k (moe_router) on the same logits:
-// the same ids and weights bit for bit. The logits take 17 values and the biases 3, so keys tie
-// within and across warps (ties go to the lower id); E covers all 8 warps, a partial last warp
+// 0 over the candidates) against cpu::route on the same logits (through an identity router):
+// the same ids, weights within 2e-6; and against the router's one-warp top-k (moe_router): ids
+// and weights bit for bit. The logits take 17 values and the biases 3, so keys tie within and
+// across warps and at the k-th pick (ties go to the lower id; distinct keys differ by >= 6e-4,
+// far beyond the CPU's and GPU's exp differences); E covers all 8 warps, a partial last warp
 // and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
 // kernel's warp-0 top-k (the same code as the router's) runs instead.
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
@@ -251,6 +252,9 @@ TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
     const DeviceLayer& L = dw->layers()[0];
     const int slots = static_cast<int>(k) + dw->num_shared_slots();
     const int64_t d = o.hidden_size, I = o.moe_intermediate_size;
+    std::vector<float> eye(E * E, 0.0f);  // cpu::route's router: its scores are the logits
+    for (int64_t e = 0; e < E; ++e) eye[e * E + e] = 1.0f;
+    ThreadPool pool(2);
     for (bool bias : {false, true}) {
       for (bool norm_topk : {true, false}) {
         for (int T : {1, 2, 3}) {
@@ -269,17 +273,28 @@ TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
           moe_router(ids_warp.get(), rw_warp.get(), logits.get(), b, T, r, nullptr);
           gemv_gated_routed_experts(act.get(), x.get(), d, T, logits.get(), b, r, ids_block.get(),
                                     rw_block.get(), L.exp_gate, L.exp_up, nullptr);
-          const auto iw = ids_warp.to_host(), ib = ids_block.to_host();
-          EXPECT_EQ(ib, iw);
-          EXPECT_EQ(rw_block.to_host(), rw_warp.to_host());
-          // The picks are distinct routed experts in key order, then the shared slices.
+          const auto ib = ids_block.to_host();
+          const auto wb = rw_block.to_host();
+          EXPECT_EQ(ib, ids_warp.to_host());
+          EXPECT_EQ(wb, rw_warp.to_host());
+          model::LayerWeights lw;
+          lw.router = model::Linear{ConstTensorView(eye.data(), DType::kF32, {E, E}), 1.0f};
+          if (bias) lw.expert_bias = ConstTensorView(bv.data(), DType::kF32, {E});
+          model::FlintConfig cfg;
+          cfg.num_experts = E;
+          cfg.num_experts_per_tok = k;
+          cfg.norm_topk_prob = r.norm_topk_prob;
+          cfg.routed_scaling_factor = r.routed_scaling_factor;
+          const cpu::Routing want = cpu::route(lg.data(), T, lw, cfg, pool);
           for (int t = 0; t < T; ++t) {
-            std::vector<int32_t> picks(iw.begin() + t * slots, iw.begin() + t * slots + k);
-            std::sort(picks.begin(), picks.end());
-            EXPECT_EQ(std::adjacent_find(picks.begin(), picks.end()), picks.end());
-            EXPECT_GE(picks.front(), 0);
-            EXPECT_LT(picks.back(), E);
-            EXPECT_EQ(iw[t * slots + k], E);
+            for (int j = 0; j < k; ++j) {
+              EXPECT_EQ(ib[t * slots + j], want.expert_ids[t * k + j]) << "token " << t;
+              EXPECT_NEAR(wb[t * slots + j], want.weights[t * k + j], 2e-6) << "token " << t;
+            }
+            for (int j = k; j < slots; ++j) {  // then the shared slices
+              EXPECT_EQ(ib[t * slots + j], E + (j - k));
+              EXPECT_EQ(wb[t * slots + j], 1.0f);
+            }
           }
         }
       }
