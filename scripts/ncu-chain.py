@@ -101,7 +101,11 @@ def main(argv):
     parser.add_argument("csv", help="ncu --page source --csv --print-source sass output")
     parser.add_argument("--top", type=int, default=15, help="SASS lines with the most stalls")
     args = parser.parse_args(argv)
-    sections = read_sections(args.csv)
+    try:
+        sections = read_sections(args.csv)
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:
+        print(f"ncu-chain: cannot read {args.csv}: {e}", file=sys.stderr)
+        return 1
     if not sections:
         print(f"ncu-chain: no kernel sections in {args.csv}", file=sys.stderr)
         return 1

@@ -1,6 +1,7 @@
 """scripts/ncu-chain.py (the per-warp instruction chain of Nsight Compute's SASS source page) on
 small pages written in ncu's CSV layout: segment sums per warp, stall shares, the page ncu
-repeats printed once, and a clear error for a file with no kernel."""
+repeats printed once, and clear errors for a file with no kernel, a missing file and a file
+that is not what its name says."""
 import gzip
 import os
 import subprocess
@@ -63,3 +64,14 @@ def test_a_file_without_kernels_is_an_error(tmp_path, text):
     r = run(page)
     assert r.returncode == 1
     assert "no kernel sections" in r.stderr
+
+
+def test_a_missing_or_unreadable_file_is_an_error(tmp_path):
+    r = run(tmp_path / "absent.csv")
+    assert r.returncode == 1
+    assert "cannot read" in r.stderr and "absent.csv" in r.stderr
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(b"not gzip at all")
+    r = run(bad)
+    assert r.returncode == 1
+    assert "cannot read" in r.stderr
