@@ -165,8 +165,12 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
       DeviceArray<int32_t> ids2(std::vector<int32_t>(T * slots, -1));
       moe_route_logits(logits2.get(), dh.get(), d, T, L.router, norm, r, nullptr);
       EXPECT_EQ(logits2.to_host(), logits.to_host());
+      // Each pair's pick is counted (pick_ready) once it is recorded.
+      DeviceArray<int32_t> ready(std::vector<int32_t>{0});
       gemv_gated_routed_experts(act2.get(), dh.get(), d, T, logits2.get(), L.expert_bias, r,
-                                ids2.get(), rw2.get(), L.exp_gate, L.exp_up, nullptr, norm);
+                                ids2.get(), rw2.get(), L.exp_gate, L.exp_up, nullptr, norm,
+                                ready.get());
+      EXPECT_EQ(ready.to_host()[0], T * slots);
       EXPECT_EQ(ids2.to_host(), ids.to_host());
       EXPECT_EQ(rw2.to_host(), rw.to_host());
       EXPECT_EQ(act2.to_host(), act.to_host());
@@ -221,8 +225,18 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
         }
         EXPECT_LE(testing::worst_ratio(sh_b, sh_a, 1e-4, 1e-4), 1.0);
       }
+      DeviceArray<float> dh_early(h), dh_late(h);
       moe_down(dh.get(), d, act.get(), ids.get(), rw.get(), T, slots, L.exp_down, nullptr);
       EXPECT_LE(testing::worst_ratio(dh.to_host(), want, 1e-4, 1e-4), 1.0);
+      // The routed path's moe_down, which reads the counted picks before its PDL wait: the same
+      // sums. A count that never arrives (one short) makes every block read them after the wait.
+      moe_down(dh_early.get(), d, act2.get(), ids2.get(), rw2.get(), T, slots, L.exp_down, nullptr,
+               ready.get());
+      EXPECT_EQ(dh_early.to_host(), dh.to_host());
+      DeviceArray<int32_t> short_count(std::vector<int32_t>{T * slots - 1});
+      moe_down(dh_late.get(), d, act2.get(), ids2.get(), rw2.get(), T, slots, L.exp_down, nullptr,
+               short_count.get());
+      EXPECT_EQ(dh_late.to_host(), dh.to_host());
     }
   }
 }

@@ -57,6 +57,14 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
 
 namespace flint::cuda::dev {
 
+// A flag another grid sets (release: its stores, a fence, then the atomic), read with acquire
+// semantics at GPU scope: the loads that follow, through L2, see what it stored before the flag.
+__device__ __forceinline__ int ld_acquire_gpu(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // PDL: waits until every earlier kernel of the stream has finished and its writes are visible
 // (a no-op when the kernel was launched without PDL).
 __device__ __forceinline__ void pdl_wait() {

@@ -277,7 +277,8 @@ void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pa
 void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int num_tokens,
                                const float* logits, const float* bias, const MoeRouting& r,
                                int32_t* ids, float* weights, const LinearRef& gate,
-                               const LinearRef& up, cudaStream_t s, const GemvNorm& norm) {
+                               const LinearRef& up, cudaStream_t s, const GemvNorm& norm,
+                               int32_t* pick_ready) {
   check_weight(gate);
   check_weight(up);
   check_x(x, x_stride);
@@ -301,6 +302,7 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
   a.route = r;
   a.ids_out = ids;
   a.w_out = weights;
+  a.pick_ready = pick_ready;
   // The staged input row, or the top-k's scratch before it.
   const size_t smem =
       std::max<size_t>(dev::padded_len(gate.in), size_t(2) * r.num_experts) * sizeof(float);

@@ -40,6 +40,9 @@ struct GemvArgs {
   MoeRouting route{};
   int32_t* ids_out = nullptr;
   float* w_out = nullptr;
+  // Not null: each pair's block x == 0 adds 1 here once its pick is in ids_out / w_out, so that
+  // moe_down can read the picks before its PDL wait (moe_down's `ready`).
+  int32_t* pick_ready = nullptr;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
@@ -71,6 +74,10 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     a.ids_out[g] = static_cast<int32_t>(e);
     a.w_out[g] = w;
+    if (a.pick_ready != nullptr) {
+      __threadfence();  // release: the pick before the count
+      atomicAdd(a.pick_ready, 1);
+    }
   }
   return e;
 }

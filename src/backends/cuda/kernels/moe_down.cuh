@@ -9,8 +9,10 @@
 
 namespace flint::cuda::dev {
 
-// Loads the pass starting at work item `base`; ids: the token's [slots] expert ids.
-template <DType W, int R, int U>
+// Loads the pass starting at work item `base`; ids: the token's [slots] expert ids. kIdsL2: read
+// them through L2 (moe_down's first pass, when it reads them while the kernel that writes them
+// still runs).
+template <DType W, int R, int U, bool kIdsL2 = false>
 __device__ __forceinline__ void load_down_chunks(Chunk<W> (&w)[R][U], int64_t (&ebase)[U],
                                                  const LinearRef& down, const int32_t* ids,
                                                  int64_t r0, int base, int total, int chunks,
@@ -21,7 +23,8 @@ __device__ __forceinline__ void load_down_chunks(Chunk<W> (&w)[R][U], int64_t (&
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int i = min(base + lane + 32 * u, total - 1);
-    ebase[u] = int64_t(ids[small_div(i, inv_chunks)]) * down.out;
+    const int32_t* id = ids + small_div(i, inv_chunks);
+    ebase[u] = int64_t(kIdsL2 ? __ldcg(id) : *id) * down.out;
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {

@@ -12,6 +12,10 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kMaxSlots = 32;
+// moe_down's bounded wait for the gate/up kernel's picks (`ready`) before its PDL wait, in polls
+// about 100 ns apart: the picks come ~2-3 us into the gate/up kernel; past the bound the block
+// reads them after the wait instead.
+constexpr int kReadySpins = 4096;
 
 // Blocks per SM the registers must allow: three for NVFP4 at two rows per warp and for U 4 (NVFP4,
 // one token: 256 blocks), four for U 2 (two tokens: 512 blocks, one wave) and for BF16 at two rows
@@ -28,16 +32,13 @@ template <DType W, int U, int kR>
 __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
     moe_down_kernel(float* __restrict__ h, int64_t h_stride, const float* __restrict__ act,
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
-                    LinearRef down) {
+                    LinearRef down, const int32_t* ready, int expected) {
   using C = dev::Chunk<W>;
   __shared__ float coef[kMaxSlots];
   extern __shared__ float4 smem4[];
   float* xs = reinterpret_cast<float*>(smem4);  // [slots, padded_len(in)]: this token's act rows
   dev::ktrace_begin(KTag::kMoeDown);
   dev::pdl_launch_dependents();
-  dev::ktrace_mark(kKtWaitBegin);
-  dev::pdl_wait();  // ids, weights and act come from the router and gate/up kernels
-  dev::ktrace_mark(kKtWaitEnd);
   const int t = blockIdx.y;
   const int lane = threadIdx.x & 31;
   const int64_t r0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kR;
@@ -51,9 +52,35 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   auto load = [&](int base) {
     dev::load_down_chunks<W, kR, U>(w, ebase, down, tok_ids, r0, base, total, chunks, inv_chunks);
   };
-  load(0);  // the first weight loads fly while the activations are staged
+  // With `ready`: once the gate/up kernel has counted every pick, the weights and the ids (read
+  // through L2) and the first weight chunks are requested before the PDL wait, while that kernel
+  // still computes.
+  __shared__ int early;
+  if (ready != nullptr) {
+    if (threadIdx.x == 0) {
+      int ok = 0;
+      for (int i = 0; i < kReadySpins && !ok; ++i) {
+        ok = dev::ld_acquire_gpu(ready) >= expected;
+        if (!ok) __nanosleep(100);
+      }
+      early = ok;
+    }
+    __syncthreads();
+  }
+  const bool loaded = ready != nullptr && early != 0;
+  if (loaded) {
+    dev::load_down_chunks<W, kR, U, true>(w, ebase, down, tok_ids, r0, 0, total, chunks,
+                                          inv_chunks);
+    if (threadIdx.x < slots) coef[threadIdx.x] = __ldcg(weights + t * slots + threadIdx.x);
+  }
+  dev::ktrace_mark(kKtWaitBegin);
+  dev::pdl_wait();  // act (and unless loaded, ids and weights) come from the gate/up kernel
+  dev::ktrace_mark(kKtWaitEnd);
+  if (!loaded) {
+    load(0);  // the first weight loads fly while the activations are staged
+    if (threadIdx.x < slots) coef[threadIdx.x] = weights[t * slots + threadIdx.x];
+  }
   dev::ktrace_mark(kKtMarkA);
-  if (threadIdx.x < slots) coef[threadIdx.x] = weights[t * slots + threadIdx.x];
   const int64_t PK = dev::padded_len(down.in);
   const int64_t n4 = down.in / 4;
   // The token's act rows are contiguous: kStageVec float4 loads per thread in flight, then their
@@ -101,11 +128,11 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
 template <DType W, int U, int kR>
 void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
                  const float* weights, int num_tokens, int slots, const LinearRef& down,
-                 size_t smem, cudaStream_t s) {
+                 size_t smem, cudaStream_t s, const int32_t* ready) {
   const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
                   static_cast<unsigned>(num_tokens));
   launch_pdl(moe_down_kernel<W, U, kR>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
-             weights, slots, down);
+             weights, slots, down, ready, num_tokens * slots);
 }
 
 // Chunks in flight per lane (the sums are the same for any U: each lane adds its items in the
@@ -124,15 +151,15 @@ void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* id
 template <DType W>
 void launch_down_w(float* h, int64_t h_stride, const float* act, const int32_t* ids,
                    const float* weights, int num_tokens, int slots, const LinearRef& down,
-                   size_t smem, cudaStream_t s) {
+                   size_t smem, cudaStream_t s, const int32_t* ready) {
   if (num_tokens >= 3) {
-    launch_down<W, 2, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 2, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
   } else if (num_tokens == 2) {
-    launch_down<W, 2, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 2, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
   } else if constexpr (W == DType::kBF16) {
-    launch_down<W, 8, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 8, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
   } else {
-    launch_down<W, 4, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+    launch_down<W, 4, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
   }
 }
 
@@ -140,7 +167,7 @@ void launch_down_w(float* h, int64_t h_stride, const float* act, const int32_t* 
 
 void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
               const float* weights, int num_tokens, int slots, const LinearRef& down,
-              cudaStream_t s) {
+              cudaStream_t s, const int32_t* ready) {
   FLINT_CHECK(slots > 0 && slots <= kMaxSlots, "moe_down: {} slots (max {})", slots, kMaxSlots);
   if (num_tokens == 0) return;
   const size_t smem = size_t(slots) * dev::padded_len(down.in) * sizeof(float);
@@ -150,16 +177,18 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
   switch (down.dtype) {
     case DType::kBF16:
       FLINT_CHECK(down.in % 8 == 0, "moe_down: in {} % 8", down.in);
-      launch_down_w<DType::kBF16>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+      launch_down_w<DType::kBF16>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s,
+                                  ready);
       break;
     case DType::kNVFP4:
       FLINT_CHECK(down.in % 64 == 0, "moe_down: in {} % 64", down.in);
-      launch_down_w<DType::kNVFP4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem,
-                                   s);
+      launch_down_w<DType::kNVFP4>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s,
+                                   ready);
       break;
     case DType::kF32:
       FLINT_CHECK(down.in % 4 == 0, "moe_down: in {} % 4", down.in);
-      launch_down_w<DType::kF32>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s);
+      launch_down_w<DType::kF32>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s,
+                                 ready);
       break;
     default:
       FLINT_FAIL("moe_down: unsupported weight dtype {}", down.dtype);

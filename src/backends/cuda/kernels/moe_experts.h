@@ -16,9 +16,13 @@ namespace flint::cuda {
 // h: [num_tokens, Wd.out] f32 (row stride h_stride); act: [num_tokens * slots, Wd.in] f32;
 // ids, weights: [num_tokens, slots]. Wd is the stack of down projections (routed, then shared
 // slices).
+// ready (may be null): the picks' counter of gemv_gated_routed_experts (pick_ready), zero before
+// that launch. Once it reaches num_tokens * slots the blocks read ids/weights and request their
+// first weights before the PDL wait, while the gate/up kernel still runs; a block that does not
+// see the count within a bounded spin reads them after the wait, as without it.
 void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
               const float* weights, int num_tokens, int slots, const LinearRef& down,
-              cudaStream_t s);
+              cudaStream_t s, const int32_t* ready = nullptr);
 
 // gemv_gated_experts (gemv.h) for num_tokens tokens of r.slots() pairs each, with the routing in
 // the kernel: each block picks its token's experts from the router logits [num_tokens, E] (+ bias,
@@ -28,6 +32,7 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
 void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int num_tokens,
                                const float* logits, const float* bias, const MoeRouting& r,
                                int32_t* ids, float* weights, const LinearRef& gate,
-                               const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {});
+                               const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {},
+                               int32_t* pick_ready = nullptr);
 
 }  // namespace flint::cuda
