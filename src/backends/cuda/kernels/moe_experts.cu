@@ -82,25 +82,28 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   }
   dev::ktrace_mark(kKtMarkA);
   const int64_t PK = dev::padded_len(down.in);
-  const int64_t n4 = down.in / 4;
   // The token's act rows are contiguous: kStageVec float4 loads per thread in flight, then their
   // stores. A loop over the slots waited on L2 once per slot: 2.9 us of the kernel's 9 at batch 1
-  // (decode_step_bench --ktrace, H200; NVFP4 b1 1K 2.376 -> 2.345 ms, b8 8.026 -> 7.887).
+  // (decode_step_bench --ktrace, H200; NVFP4 b1 1K 2.376 -> 2.345 ms, b8 8.026 -> 7.887). The
+  // indices are ints (slots * in fits the 48 KiB checked on the host), and the row of float4 i is
+  // a small_div: a 64-bit division was ~25 instructions per float4 on the chain after the wait.
   constexpr int kStageVec = 4;
   const float4* ar = reinterpret_cast<const float4*>(act + int64_t(t) * slots * down.in);
-  const int64_t total4 = slots * n4;
-  for (int64_t base = threadIdx.x; base < total4; base += kStageVec * kWarps * 32) {
+  const int n4 = static_cast<int>(down.in / 4);
+  const float inv_n4 = __frcp_rn(static_cast<float>(n4));
+  const int total4 = slots * n4;
+  for (int base = threadIdx.x; base < total4; base += kStageVec * kWarps * 32) {
     float4 v[kStageVec];
 #pragma unroll
     for (int u = 0; u < kStageVec; ++u) {
-      const int64_t i = base + u * kWarps * 32;
+      const int i = base + u * kWarps * 32;
       if (i < total4) v[u] = ar[i];
     }
 #pragma unroll
     for (int u = 0; u < kStageVec; ++u) {
-      const int64_t i = base + u * kWarps * 32;
+      const int i = base + u * kWarps * 32;
       if (i >= total4) continue;
-      const int64_t p = i / n4, k = i - p * n4;
+      const int p = dev::small_div(i, inv_n4), k = i - p * n4;
       *reinterpret_cast<float4*>(xs + p * PK + dev::pad_idx(4 * k)) = v[u];
     }
   }
