@@ -11,24 +11,25 @@ namespace flint::cuda::dev {
 
 // Loads the pass starting at work item `base`; ids: the token's [slots] expert ids. kIdsL2: read
 // them through L2 (moe_down's first pass, when it reads them while the kernel that writes them
-// still runs).
-template <DType W, int R, int U, bool kIdsL2 = false>
+// still runs). kSplit warps share the rows: warp `half` of them takes the items of lanes
+// 32 half .. 32 half + 31 of a kSplit * 32-lane pass.
+template <DType W, int R, int U, bool kIdsL2 = false, int kSplit = 1>
 __device__ __forceinline__ void load_down_chunks(Chunk<W> (&w)[R][U], int64_t (&ebase)[U],
                                                  const LinearRef& down, const int32_t* ids,
                                                  int64_t r0, int base, int total, int chunks,
-                                                 float inv_chunks) {
-  const int lane = threadIdx.x & 31;
+                                                 float inv_chunks, int half = 0) {
+  const int lane = (threadIdx.x & 31) + 32 * half;
   // Every expert id first, unconditionally (a clamped item past the end, its value unused): an id
   // loaded under `i < total` cannot be hoisted, so each one waited for the previous chunk's issue.
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int i = min(base + lane + 32 * u, total - 1);
+    const int i = min(base + lane + 32 * kSplit * u, total - 1);
     const int32_t* id = ids + small_div(i, inv_chunks);
     ebase[u] = int64_t(kIdsL2 ? __ldcg(id) : *id) * down.out;
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int i = base + lane + 32 * u;
+    const int i = base + lane + 32 * kSplit * u;
     if (i >= total) continue;
     const int p = small_div(i, inv_chunks);
 #pragma unroll
@@ -39,16 +40,16 @@ __device__ __forceinline__ void load_down_chunks(Chunk<W> (&w)[R][U], int64_t (&
 }
 
 // acc[r] += coef[slot] x row scale x chunk . the slot's staged activations (xs: [slots, PK]).
-template <DType W, int R, int U>
+template <DType W, int R, int U, int kSplit = 1>
 __device__ __forceinline__ void accumulate_down(const Chunk<W> (&w)[R][U],
                                                 const int64_t (&ebase)[U], const LinearRef& down,
                                                 const float* xs, int64_t PK, const float* coef,
                                                 int64_t r0, int base, int total, int chunks,
-                                                float inv_chunks, float (&acc)[R]) {
-  const int lane = threadIdx.x & 31;
+                                                float inv_chunks, float (&acc)[R], int half = 0) {
+  const int lane = (threadIdx.x & 31) + 32 * half;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int i = base + lane + 32 * u;
+    const int i = base + lane + 32 * kSplit * u;
     if (i >= total) continue;
     const int p = small_div(i, inv_chunks);
     const float* xp = xs + p * PK + pad_idx(int64_t(i - p * chunks) * Chunk<W>::kElems);

@@ -1,7 +1,10 @@
 // MoE down projection + weighted combine + residual add in one pass: each warp computes one output
-// row of one token; its lanes walk the (slot, chunk) pairs of all that token's experts, the first
-// weight loads in flight while the activations are staged. Launched with PDL.
+// row of one token (or half of its items: one NVFP4 token); its lanes walk the (slot, chunk) pairs
+// of all that token's experts, the first weight loads in flight while the activations are staged.
+// Launched with PDL.
 // Reference: spec section 2.5 steps 5-8 (cpu::moe).   Test: tests/kernels/moe_test.cpp
+#include <algorithm>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/moe_down.cuh"
@@ -28,8 +31,10 @@ constexpr int down_min_blocks() {
 }
 
 // kR output rows per warp: one at batch 1-2 (many light warps, see gemv_core.cuh), two from 3.
-template <DType W, int U, int kR>
-__global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
+// kSplit warps share each row (kWarps rows a block of kSplit * kWarps warps): warp w takes row
+// w % kWarps and half w / kWarps of each pass's items; the halves are added in shared memory.
+template <DType W, int U, int kR, int kSplit = 1>
+__global__ void __launch_bounds__(kSplit* kWarps * 32, kSplit > 1 ? 2 : down_min_blocks<W, U, kR>())
     moe_down_kernel(float* __restrict__ h, int64_t h_stride, const float* __restrict__ act,
                     const int32_t* __restrict__ ids, const float* __restrict__ weights, int slots,
                     LinearRef down, const int32_t* ready, int expected) {
@@ -41,7 +46,9 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   dev::pdl_launch_dependents();
   const int t = blockIdx.y;
   const int lane = threadIdx.x & 31;
-  const int64_t r0 = (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * kR;
+  const int warp = threadIdx.x >> 5;
+  const int half = warp / kWarps;  // 0 unless kSplit > 1
+  const int64_t r0 = (int64_t(blockIdx.x) * kWarps + warp % kWarps) * kR;
   const int chunks = static_cast<int>(down.in / C::kElems);
   const int total = slots * chunks;  // < 2^14 (moe_down's shared-memory check): small_div is exact
   const float inv_chunks = __frcp_rn(static_cast<float>(chunks));
@@ -50,7 +57,8 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   C w[kR][U];
   int64_t ebase[U];
   auto load = [&](int base) {
-    dev::load_down_chunks<W, kR, U>(w, ebase, down, tok_ids, r0, base, total, chunks, inv_chunks);
+    dev::load_down_chunks<W, kR, U, false, kSplit>(w, ebase, down, tok_ids, r0, base, total, chunks,
+                                                   inv_chunks, half);
   };
   // With `ready`: once the gate/up kernel has counted every pick, the weights and the ids (read
   // through L2) and the first weight chunks are requested before the PDL wait, while that kernel
@@ -69,8 +77,8 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   }
   const bool loaded = ready != nullptr && early != 0;
   if (loaded) {
-    dev::load_down_chunks<W, kR, U, true>(w, ebase, down, tok_ids, r0, 0, total, chunks,
-                                          inv_chunks);
+    dev::load_down_chunks<W, kR, U, true, kSplit>(w, ebase, down, tok_ids, r0, 0, total, chunks,
+                                                  inv_chunks, half);
     if (threadIdx.x < slots) coef[threadIdx.x] = __ldcg(weights + t * slots + threadIdx.x);
   }
   dev::ktrace_mark(kKtWaitBegin);
@@ -92,16 +100,16 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   const int n4 = static_cast<int>(down.in / 4);
   const float inv_n4 = __frcp_rn(static_cast<float>(n4));
   const int total4 = slots * n4;
-  for (int base = threadIdx.x; base < total4; base += kStageVec * kWarps * 32) {
+  for (int base = threadIdx.x; base < total4; base += kStageVec * kSplit * kWarps * 32) {
     float4 v[kStageVec];
 #pragma unroll
     for (int u = 0; u < kStageVec; ++u) {
-      const int i = base + u * kWarps * 32;
+      const int i = base + u * kSplit * kWarps * 32;
       if (i < total4) v[u] = ar[i];
     }
 #pragma unroll
     for (int u = 0; u < kStageVec; ++u) {
-      const int i = base + u * kWarps * 32;
+      const int i = base + u * kSplit * kWarps * 32;
       if (i >= total4) continue;
       const int p = dev::small_div(i, inv_n4), k = i - p * n4;
       *reinterpret_cast<float4*>(xs + p * PK + dev::pad_idx(4 * k)) = v[u];
@@ -109,38 +117,84 @@ __global__ void __launch_bounds__(kWarps * 32, down_min_blocks<W, U, kR>())
   }
   __syncthreads();
   dev::ktrace_mark(kKtMarkB);
-  if (r0 >= down.out) {
-    dev::ktrace_end();
-    return;
+  if constexpr (kSplit == 1) {
+    if (r0 >= down.out) {
+      dev::ktrace_end();
+      return;
+    }
   }
   float acc[kR] = {};
-  for (int base = 0; base < total; base += 32 * U) {
-    if (base > 0) load(base);
-    dev::accumulate_down<W, kR, U>(w, ebase, down, xs, PK, coef, r0, base, total, chunks,
-                                   inv_chunks, acc);
+  if (r0 < down.out) {
+    for (int base = 0; base < total; base += 32 * kSplit * U) {
+      if (base > 0) load(base);
+      dev::accumulate_down<W, kR, U, kSplit>(w, ebase, down, xs, PK, coef, r0, base, total, chunks,
+                                             inv_chunks, acc, half);
+    }
   }
   dev::ktrace_mark(kKtMarkC);
+  if constexpr (kSplit == 1) {
 #pragma unroll
-  for (int r = 0; r < kR; ++r) {
-    const float v = dev::warp_sum(acc[r]);
-    if (lane == r && r0 + r < down.out) h[int64_t(t) * h_stride + r0 + r] += v;
+    for (int r = 0; r < kR; ++r) {
+      const float v = dev::warp_sum(acc[r]);
+      if (lane == r && r0 + r < down.out) h[int64_t(t) * h_stride + r0 + r] += v;
+    }
+  } else {
+    static_assert(kSplit == 2, "moe_down_kernel: kSplit is 1 or 2");
+    __shared__ float other[kWarps][kR];  // half 1's sums
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const float v = dev::warp_sum(acc[r]);
+      if (half == 1 && lane == r) other[warp % kWarps][r] = v;
+      acc[r] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      if (half == 0 && lane == r && r0 + r < down.out) {
+        h[int64_t(t) * h_stride + r0 + r] += acc[r] + other[warp][r];
+      }
+    }
   }
   dev::ktrace_end();
 }
 
-template <DType W, int U, int kR>
+template <DType W, int U, int kR, int kSplit = 1>
 void launch_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
                  const float* weights, int num_tokens, int slots, const LinearRef& down,
                  size_t smem, cudaStream_t s, const int32_t* ready) {
   const dim3 grid(static_cast<unsigned>(ceil_div(down.out, kWarps * kR)),
                   static_cast<unsigned>(num_tokens));
-  launch_pdl(moe_down_kernel<W, U, kR>, grid, dim3(kWarps * 32), smem, s, h, h_stride, act, ids,
-             weights, slots, down, ready, num_tokens * slots);
+  launch_pdl(moe_down_kernel<W, U, kR, kSplit>, grid, dim3(kSplit * kWarps * 32), smem, s, h,
+             h_stride, act, ids, weights, slots, down, ready, num_tokens * slots);
+}
+
+// The dynamic shared memory, at least smem, that keeps moe_down's residency at no more than
+// `blocks` blocks per SM: blocks + 1 of this size (with the 1 KiB each block reserves) pass the
+// SM's shared memory, `blocks` of them stay far below it. smem itself where the padding would pass
+// the 48 KiB a launch may ask for without opting in. Device attributes only (safe while a graph
+// is captured), read once.
+size_t residency_smem(size_t smem, int blocks) {
+  struct Sm {
+    int per_sm = 0, reserved = 0;
+  };
+  static const Sm sm = [] {
+    Sm r;
+    int dev = 0;
+    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+    FLINT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&r.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    FLINT_CUDA_CHECK(
+        cudaDeviceGetAttribute(&r.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    return r;
+  }();
+  const int64_t pad = int64_t(sm.per_sm) / (blocks + 1) - sm.reserved + 256;
+  return pad > 0 && pad <= 48 * 1024 ? std::max(smem, size_t(pad)) : smem;
 }
 
 // Chunks in flight per lane (the sums are the same for any U: each lane adds its items in the
 // same order). One token: 256 blocks, too few warps to hide the loads' latency without more of
-// them per lane (BF16 8; NVFP4 4, its chunks hold 4x the elements). More tokens: 2, whose 60
+// them per lane (BF16 8; NVFP4 4, its chunks hold 4x the elements; NVFP4 now splits each row
+// over two warps at U 2 instead, see below). More tokens: 2, whose 60
 // registers fit four blocks per SM instead of three. H200, ms per decode step (graph, 1K context),
 // U = 4 / 8 / 2:
 //   NVFP4 b1 2.414 / 2.416 / 2.505, b2 3.533 / 3.599 / 3.415, b8 8.433 / 8.970 / 8.309
@@ -158,7 +212,17 @@ void launch_down_w(float* h, int64_t h_stride, const float* act, const int32_t* 
   if (num_tokens >= 3) {
     launch_down<W, 2, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
   } else if (num_tokens == 2) {
-    launch_down<W, 2, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
+    // BF16's 44 registers let five blocks per SM reside, and five were slower than four (moe_down
+    // shares the SMs with the gate/up kernel's blocks under PDL), so padded shared memory holds
+    // them at four. H200, ms per step (sweep, three rounds): BF16 b2 1K 3.740 -> 3.673.
+    const size_t sm = W == DType::kBF16 ? residency_smem(smem, 4) : smem;
+    launch_down<W, 2, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, sm, s, ready);
+  } else if constexpr (W == DType::kNVFP4) {
+    // One token: two warps per row, 16 warps a block, so each lane dots half the chunks (Flint:
+    // 128 chunks a row, 2 per lane instead of 4); 256 blocks of 16 warps stay one wave. H200, ms
+    // per step (sweep, three rounds): NVFP4 b1 1K 1.992 -> 1.957.
+    launch_down<W, 2, 1, 2>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s,
+                            ready);
   } else if constexpr (W == DType::kBF16) {
     launch_down<W, 8, 1>(h, h_stride, act, ids, weights, num_tokens, slots, down, smem, s, ready);
   } else {
