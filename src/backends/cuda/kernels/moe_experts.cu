@@ -117,11 +117,9 @@ __global__ void __launch_bounds__(kSplit* kWarps * 32, kSplit > 1 ? 2 : down_min
   }
   __syncthreads();
   dev::ktrace_mark(kKtMarkB);
-  if constexpr (kSplit == 1) {
-    if (r0 >= down.out) {
-      dev::ktrace_end();
-      return;
-    }
+  if (kSplit == 1 && r0 >= down.out) {  // split warps stay for the barrier below
+    dev::ktrace_end();
+    return;
   }
   float acc[kR] = {};
   if (r0 < down.out) {
@@ -132,28 +130,24 @@ __global__ void __launch_bounds__(kSplit* kWarps * 32, kSplit > 1 ? 2 : down_min
     }
   }
   dev::ktrace_mark(kKtMarkC);
-  if constexpr (kSplit == 1) {
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      const float v = dev::warp_sum(acc[r]);
-      if (lane == r && r0 + r < down.out) h[int64_t(t) * h_stride + r0 + r] += v;
-    }
-  } else {
+  for (int r = 0; r < kR; ++r) acc[r] = dev::warp_sum(acc[r]);
+  if constexpr (kSplit > 1) {
     static_assert(kSplit == 2, "moe_down_kernel: kSplit is 1 or 2");
-    __shared__ float other[kWarps][kR];  // half 1's sums
+    __shared__ float other[kWarps][kR];  // half 1's sums, added by half 0
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      const float v = dev::warp_sum(acc[r]);
-      if (half == 1 && lane == r) other[warp % kWarps][r] = v;
-      acc[r] = v;
+      if (half == 1 && lane == r) other[warp % kWarps][r] = acc[r];
     }
     __syncthreads();
+    if (half == 0) {
 #pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      if (half == 0 && lane == r && r0 + r < down.out) {
-        h[int64_t(t) * h_stride + r0 + r] += acc[r] + other[warp][r];
-      }
+      for (int r = 0; r < kR; ++r) acc[r] += other[warp][r];
     }
+  }
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    if (half == 0 && lane == r && r0 + r < down.out) h[int64_t(t) * h_stride + r0 + r] += acc[r];
   }
   dev::ktrace_end();
 }
