@@ -62,6 +62,14 @@ TEST(Gemv, Nvfp4MatchesCpuLinear) {
   check_gemv(DType::kNVFP4, 1, 1, 4096, 1.0f);
 }
 
+// One activation row whose weight row takes more than one pass of a warp: two warps share each
+// output row (gemv_split_kernel), 1031 rows leave the last block's warps partly idle.
+TEST(Gemv, OneRowLongerThanAPassMatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  check_gemv(DType::kNVFP4, 1, 1031, 4160, 0.37f);
+  check_gemv(DType::kBF16, 1, 1031, 1096, 1.0f);
+}
+
 // Sub-scale bytes of every value, 0x00-0xFF: ggml reads 0x00, 0x7F and 0x80 as 0, ignores bit 7
 // otherwise (0xFF is 480) and has subnormals (e == 0). The repack maps them to the bytes the
 // kernels' branch-free decode reads; the one-row CUDA-core and the tensor-core paths must agree
@@ -143,8 +151,13 @@ TEST(Gemv, FusedRmsNormOverGatheredRowsMatchesCpu) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
     // 3 and 8 rows of 4160: the tensor-core GEMV stages rows past 2048 in two pieces.
-    for (auto [rows, in] :
-         {std::pair<int, int64_t>{1, 832}, {5, 832}, {9, 832}, {2, 2560}, {3, 4160}, {8, 4160}}) {
+    for (auto [rows, in] : {std::pair<int, int64_t>{1, 832},
+                            {1, 4160},
+                            {5, 832},
+                            {9, 832},
+                            {2, 2560},
+                            {3, 4160},
+                            {8, 4160}}) {
       const int64_t out = 33;
       SCOPED_TRACE(fmt::format("dtype={} rows={} in={}", dt, rows, in));
       const auto wb = random_weight(dt, out, in, 51);

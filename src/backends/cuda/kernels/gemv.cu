@@ -30,6 +30,17 @@ __global__ void __launch_bounds__(dev::kGemvThreads, NB == 1 ? (R > 1 ? 3 : 4) :
   dev::ktrace_end();
 }
 
+// One activation row, two warps per output row (16 warps, 8 rows a block): each lane reads half
+// the chunks of a row that takes more than one pass in one warp (gemv_block's kSplit).
+template <DType W>
+__global__ void __launch_bounds__(2 * dev::kGemvThreads, 2) gemv_split_kernel(GemvArgs args) {
+  extern __shared__ float4 smem4[];
+  dev::ktrace_begin(KTag::kGemv);
+  dev::pdl_launch_dependents();
+  dev::gemv_block<W, 1, false, 1, 1, 0, 2>(args, reinterpret_cast<float*>(smem4));
+  dev::ktrace_end();
+}
+
 // kGemvMmaMinRows+ activation rows on tensor cores (gemv_mma.cuh): 16 TM output rows x 8 token
 // rows per block; kGated: silu(gate) * up.
 template <DType W, int TM, bool kGated>
@@ -146,9 +157,44 @@ void launch_r(const GemvArgs& a, int groups, cudaStream_t s) {
   launch_pdl(gemv_kernel<W, NB, kGated, R>, grid, dim3(dev::kGemvThreads), smem, s, a);
 }
 
+// The split kernel serves a one-row BF16 dense GEMV whose row takes more than one pass of a warp
+// and whose 16-warp blocks fit in one wave at two per SM (the o projection: 2048 rows of 4096, 16
+// chunks a lane in four passes, now two). H200, ms per decode step (sweep, three rounds, graph,
+// base / split): BF16 b1 1K 2.466 / 2.431, 100K 3.148 / 3.109; NVFP4 (4 chunks a lane in two
+// passes, then one) lost, b1 1K 1.966 / 1.999, 100K 2.701 / 2.710, so it keeps one warp a row.
+template <DType W>
+bool try_split(const GemvArgs& a, cudaStream_t s) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  constexpr int U = dev::gemv_unroll<W, false, 1>();
+  const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
+  if (a.expert_ids != nullptr || a.num_rows != 1 || blocks > 2 * int64_t(sms) ||
+      a.a.in / dev::Chunk<W>::kElems <= 32 * U) {
+    return false;
+  }
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_split_kernel<W>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
+  launch_pdl(gemv_split_kernel<W>, dim3(static_cast<unsigned>(blocks)), dim3(2 * dev::kGemvThreads),
+             smem, s, a);
+  return true;
+}
+
 // One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
+  if constexpr (NB == 1 && !kGated && W == DType::kBF16) {
+    if (try_split<W>(a, s)) return;
+  }
   // NVFP4 experts' gate/up of 3+ tokens: two rows per warp (80 registers, three blocks per SM), so
   // half as many blocks each stage the token's normed row; the sums are the same. H200, ms per
   // decode step (graph, 1K context), one row / two: b3 4.673 / 4.579, b4 5.340 / 5.192 (moe_down

@@ -94,18 +94,19 @@ constexpr int gemv_unroll() {
 
 // The per-warp pieces of a GEMV pass, shared with the persistent decode kernel: lane `lane`
 // handles chunks base + lane + 32 u (u < U) of R weight rows (rows with valid[r] false are
-// skipped).
-template <DType W, bool kGated, int R, int U>
+// skipped). kSplit warps share the rows: warp `half` of them is lanes 32 half .. 32 half + 31 of
+// a pass of kSplit * 32 lanes (chunks base + lane + 32 half + 32 kSplit u).
+template <DType W, bool kGated, int R, int U, int kSplit = 1>
 __device__ __forceinline__ void load_chunks(Chunk<W> (&wa)[R][U], Chunk<W> (&wb)[R][U],
                                             const LinearRef& A, const LinearRef& B,
                                             const int64_t (&row)[R], const bool (&valid)[R],
-                                            int64_t base, int64_t nc) {
-  const int lane = threadIdx.x & 31;
+                                            int64_t base, int64_t nc, int half = 0) {
+  const int lane = (threadIdx.x & 31) + 32 * half;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t c = base + lane + 32 * u;
+      const int64_t c = base + lane + 32 * kSplit * u;
       if (valid[r] && c < nc) {
         wa[r][u].load(A, row[r], c);
         if constexpr (kGated) wb[r][u].load(B, row[r], c);
@@ -117,17 +118,18 @@ __device__ __forceinline__ void load_chunks(Chunk<W> (&wa)[R][U], Chunk<W> (&wb)
 // acc[r][i] += the loaded chunks of row r . staged activation row i (i < nb <= NB; PK floats per
 // row in the padded layout). Below 4 rows each chunk is dotted directly; from 4 rows on it is
 // decoded once and reused (the kernel is bound by instructions at 4-8 rows).
-template <DType W, int NB, bool kGated, int R, int U>
+template <DType W, int NB, bool kGated, int R, int U, int kSplit = 1>
 __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
                                                   const Chunk<W> (&wb)[R][U],
                                                   const bool (&valid)[R], int64_t base, int64_t nc,
                                                   const float* xs, int64_t PK, int nb,
-                                                  float (&acc_a)[R][NB], float (&acc_b)[R][NB]) {
+                                                  float (&acc_a)[R][NB], float (&acc_b)[R][NB],
+                                                  int half = 0) {
   using C = Chunk<W>;
-  const int lane = threadIdx.x & 31;
+  const int lane = (threadIdx.x & 31) + 32 * half;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t c = base + lane + 32 * u;
+    const int64_t c = base + lane + 32 * kSplit * u;
     if (c >= nc) continue;
     const int64_t xo = pad_idx(c * C::kElems);
 #pragma unroll
@@ -166,12 +168,16 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // the whole block, with the selection bias loaded before the PDL wait (E <= 256, top_k <=
 // kBlockTopKMax).
 // (bx, by): the block's coordinates in this GEMV (blockIdx unless the launch runs other work too).
-template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
+// kSplit: warps per row (a block of kSplit * kGemvWarps warps, kGemvWarps x R rows); the kSplit
+// partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
+template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by) {
   using C = Chunk<W>;
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
+  static_assert(kSplit == 1 || (kSplit == 2 && kTopK == 0), "gemv_block: kSplit 2 is dense only");
   const int lane = threadIdx.x & 31;
-  const int64_t r0 = (int64_t(bx) * kGemvWarps + (threadIdx.x >> 5)) * R;
+  const int warp = threadIdx.x >> 5, half = warp / kGemvWarps;
+  const int64_t r0 = (int64_t(bx) * kGemvWarps + warp % kGemvWarps) * R;
   const int g = by;
   const bool expert = kTopK > 0 || args.expert_ids != nullptr;
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
@@ -181,7 +187,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
 #pragma unroll
   for (int r = 0; r < R; ++r) valid[r] = r0 + r < out;
   auto load = [&](int64_t base) {
-    load_chunks<W, kGated, R, U>(wa, wb, args.a, args.b, row, valid, base, nc);
+    load_chunks<W, kGated, R, U, kSplit>(wa, wb, args.a, args.b, row, valid, base, nc, half);
   };
   const int slot = expert ? g % args.pairs_per_token : 0;
   const bool fixed = expert && slot >= args.fixed_from;
@@ -236,11 +242,38 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
 #pragma unroll
     for (int i = 0; i < NB; ++i) acc_a[r][i] = acc_b[r][i] = 0.0f;
   }
-  for (int64_t base = 0; base < nc; base += 32 * U) {
+  for (int64_t base = 0; base < nc; base += 32 * kSplit * U) {
     if (base > 0) load(base);
-    accumulate_chunks<W, NB, kGated, R, U>(wa, wb, valid, base, nc, xs, PK, nb, acc_a, acc_b);
+    accumulate_chunks<W, NB, kGated, R, U, kSplit>(wa, wb, valid, base, nc, xs, PK, nb, acc_a,
+                                                   acc_b, half);
   }
   ktrace_mark(kKtMarkC);
+  if constexpr (kSplit == 2) {
+    // Half 1's warp sums to shared memory; half 0 adds them to its own (a then b, fixed order).
+    __shared__ float other[kGemvWarps][R][NB][kGated ? 2 : 1];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < NB; ++i) {
+        acc_a[r][i] = warp_sum(acc_a[r][i]);
+        if constexpr (kGated) acc_b[r][i] = warp_sum(acc_b[r][i]);
+        if (half == 1 && lane == 0) {
+          other[warp % kGemvWarps][r][i][0] = acc_a[r][i];
+          if constexpr (kGated) other[warp % kGemvWarps][r][i][1] = acc_b[r][i];
+        }
+      }
+    }
+    __syncthreads();
+    if (half == 1) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < NB; ++i) {
+        acc_a[r][i] += other[warp][r][i][0];
+        if constexpr (kGated) acc_b[r][i] += other[warp][r][i][1];
+      }
+    }
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= out) continue;
@@ -248,9 +281,11 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
     const float sb = kGated ? row_scale(args.b, row[r]) : 1.0f;
 #pragma unroll
     for (int i = 0; i < NB; ++i) {
-      const float va = warp_sum(acc_a[r][i]) * sa;
+      const float va = (kSplit == 1 ? warp_sum(acc_a[r][i]) : acc_a[r][i]) * sa;
       float v = va;
-      if constexpr (kGated) v = silu(va) * (warp_sum(acc_b[r][i]) * sb);
+      if constexpr (kGated) {
+        v = silu(va) * ((kSplit == 1 ? warp_sum(acc_b[r][i]) : acc_b[r][i]) * sb);
+      }
       if (lane == i && i < nb) {
         float* yp = args.y + (y_row0 + i) * args.y_stride + r0 + r;
         *yp = args.accumulate ? *yp + v : v;
@@ -259,9 +294,9 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   }
 }
 
-template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0>
+template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
-  gemv_block<W, NB, kGated, R, UX, kTopK>(args, xs, blockIdx.x, blockIdx.y);
+  gemv_block<W, NB, kGated, R, UX, kTopK, kSplit>(args, xs, blockIdx.x, blockIdx.y);
 }
 
 }  // namespace flint::cuda::dev
