@@ -70,6 +70,34 @@ TEST(Gemv, OneRowLongerThanAPassMatchesCpuLinear) {
   check_gemv(DType::kBF16, 1, 1031, 1096, 1.0f);
 }
 
+// One row over more blocks of 8 output rows than an H200 holds at once (5123 rows: 641 blocks
+// against 528 resident, like the qkv projection), with and without the fused RMSNorm: the rows
+// past the first wave (BF16: computed by blocks of the first, on the row they staged: the wave
+// kernel) match cpu::linear like the others.
+TEST(Gemv, OneRowOverMoreThanAWaveOfBlocksMatchesCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  check_gemv(DType::kNVFP4, 1, 5123, 2048, 0.5f);
+  check_gemv(DType::kBF16, 1, 5123, 1024, 1.0f);
+  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+    SCOPED_TRACE(fmt::format("normed dtype={}", dt));
+    const int64_t out = 5123, in = 2048;
+    const auto wb = random_weight(dt, out, in, 71);
+    const model::Linear lin{ConstTensorView(wb.data(), dt, {out, in}), 1.0f};
+    const auto x = random_floats(in, 72, -3, 3);
+    const auto nw = random_floats(in, 73, 0.5f, 1.5f);
+    std::vector<float> xn(in), want(out);
+    cpu::rms_norm(xn.data(), x.data(), nw.data(), 1, in, 1e-6f);
+    ThreadPool pool(2);
+    cpu::linear(want.data(), xn.data(), 1, lin, pool);
+    DeviceWeights owner;
+    auto ref = owner.add_linear(lin, nullptr);
+    ASSERT_TRUE(ref.has_value());
+    DeviceArray<float> dx(x), dnw(nw), dy(out);
+    gemv(dy.get(), out, dx.get(), in, 1, *ref, false, nullptr, GemvNorm{dnw.get(), 1e-6f});
+    EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-4), 1.0);
+  }
+}
+
 // Sub-scale bytes of every value, 0x00-0xFF: ggml reads 0x00, 0x7F and 0x80 as 0, ignores bit 7
 // otherwise (0xFF is 480) and has subnormals (e == 0). The repack maps them to the bytes the
 // kernels' branch-free decode reads; the one-row CUDA-core and the tensor-core paths must agree

@@ -174,6 +174,20 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
       EXPECT_EQ(ids2.to_host(), ids.to_host());
       EXPECT_EQ(rw2.to_host(), rw.to_host());
       EXPECT_EQ(act2.to_host(), act.to_host());
+      // The decode path's router also writes the normed rows (a few tokens), and the gate/up on
+      // them without a norm stages the same rows: the same act bit for bit.
+      if (T < kRouteNormedMaxRows) {
+        DeviceArray<float> lg_n(T * c.num_experts), dxn(T * d), act_n(T * slots * I);
+        DeviceArray<float> rw_n(T * slots);
+        DeviceArray<int32_t> ids_n(T * slots);
+        moe_route_logits(lg_n.get(), dh.get(), d, T, L.router, norm, r, nullptr, dxn.get());
+        EXPECT_EQ(lg_n.to_host(), logits.to_host());
+        EXPECT_LE(testing::worst_ratio(dxn.to_host(), xn, 1e-5, 1e-5), 1.0);
+        gemv_gated_routed_experts(act_n.get(), dxn.get(), d, T, lg_n.get(), L.expert_bias, r,
+                                  ids_n.get(), rw_n.get(), L.exp_gate, L.exp_up, nullptr);
+        EXPECT_EQ(ids_n.to_host(), ids.to_host());
+        EXPECT_EQ(act_n.to_host(), act.to_host());
+      }
       // The shared slices computed in the router's launch (moe_route_shared), which needs BF16
       // router and expert weights and 4+ tokens (otherwise it is moe_route): the same ids and
       // weights, the same routed act rows bit for bit (the gate/up skips the shared slots), the

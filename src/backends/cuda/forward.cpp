@@ -527,14 +527,24 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
       }
       int32_t* pick_ready = nullptr;
       if (T <= routed_max(L)) {
-        // The top-k in the gate/up kernel: the router is a plain GEMV with no serial tail.
-        if (run(kOpRouter)) moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s);
+        // The top-k in the gate/up kernel: the router is a plain GEMV with no serial tail. Its
+        // block 0 also writes the normed rows (ws_a_), which the gate/up blocks read instead of
+        // normalising h again. H200, ms per step (scripts/gpu.sh sweep, three rounds, sixteenth
+        // session): NVFP4 b1 1K 1.976 -> 1.945, 100K 2.714 -> 2.678, b2 1K 2.942 -> 2.885; BF16
+        // b1 1K 2.478 -> 2.454.
+        static_assert(
+            std::max(kRoutedGateUpMaxTokens, kRoutedGateUpMaxTokensNvfp4) < kRouteNormedMaxRows,
+            "the routed path's router writes its normed rows");
+        float* xn = norm.weight != nullptr ? ws_a_ : nullptr;
+        const float* gx = xn != nullptr ? xn : x;
+        const GemvNorm gnorm = xn != nullptr ? GemvNorm{} : norm;
+        if (run(kOpRouter)) moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s, xn);
         mark("moe_router");
         if (run(kOpGateUp)) {
           // Counted picks only when moe_down runs after this launch (it waits for the count).
           if (run(kOpDown)) pick_ready = d_pick_ready_ + l;
-          gemv_gated_routed_experts(ws_act_, x, d, T, ws_rlogits_, L.expert_bias, routing, ids,
-                                    ws_rw_, L.exp_gate, L.exp_up, s, norm, pick_ready);
+          gemv_gated_routed_experts(ws_act_, gx, d, T, ws_rlogits_, L.expert_bias, routing, ids,
+                                    ws_rw_, L.exp_gate, L.exp_up, s, gnorm, pick_ready);
         }
       } else {
         bool shared_done = false;

@@ -41,6 +41,24 @@ __global__ void __launch_bounds__(2 * dev::kGemvThreads, 2) gemv_split_kernel(Ge
   dev::ktrace_end();
 }
 
+// One activation row, more rows than one wave of blocks holds (the qkv projection: 640 blocks of 8
+// rows, 528 resident on an H200): gridDim.x blocks, block b computes the blocks b, b + gridDim.x,
+// ... of the plain grid, the later ones on the row it staged for the first (no second wave of
+// blocks that each wait for a slot, stage and normalise the row again). Each row's sum is the
+// plain kernel's.
+template <DType W>
+__global__ void __launch_bounds__(dev::kGemvThreads, 4)
+    gemv_wave_kernel(GemvArgs args, int blocks) {
+  extern __shared__ float4 smem4[];
+  dev::ktrace_begin(KTag::kGemv);
+  dev::pdl_launch_dependents();
+  float* xs = reinterpret_cast<float*>(smem4);
+  for (int b = blockIdx.x; b < blocks; b += gridDim.x) {
+    dev::gemv_block<W, 1, false, 1>(args, xs, b, 0, b != static_cast<int>(blockIdx.x));
+  }
+  dev::ktrace_end();
+}
+
 // kGemvMmaMinRows+ activation rows on tensor cores (gemv_mma.cuh): 16 TM output rows x 8 token
 // rows per block; kGated: silu(gate) * up.
 template <DType W, int TM, bool kGated>
@@ -189,11 +207,37 @@ bool try_split(const GemvArgs& a, cudaStream_t s) {
   return true;
 }
 
+// The wave kernel serves a one-row BF16 dense GEMV of more blocks than fit at once
+// (gemv_wave_kernel). H200, ms per step (scripts/gpu.sh sweep, three rounds, sixteenth session,
+// plain / wave): BF16 b1 1K 2.478 / 2.455, 100K 3.168 / 3.148, b2 1K 3.698 / 3.686; NVFP4 the
+// same (1.976 / 1.976, 2.714 / 2.714), so it keeps the plain grid.
+template <DType W>
+bool try_wave(const GemvArgs& a, cudaStream_t s) {
+  if (a.expert_ids != nullptr || a.num_rows != 1 || a.x_out != nullptr) return false;
+  // Blocks resident at once with up to 48 KiB of staged rows each (the registers allow four per
+  // SM). Device attributes only (safe while a graph is captured), read once.
+  constexpr size_t kSmemCap = 48 * 1024;
+  const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
+  static const int resident = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_wave_kernel<W>,
+                                                                   dev::kGemvThreads, kSmemCap));
+    return sms * per_sm;
+  }();
+  const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
+  if (smem > kSmemCap || resident <= 0 || blocks <= resident) return false;
+  launch_pdl(gemv_wave_kernel<W>, dim3(static_cast<unsigned>(resident)), dim3(dev::kGemvThreads),
+             smem, s, a, static_cast<int>(blocks));
+  return true;
+}
+
 // One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
   if constexpr (NB == 1 && !kGated && W == DType::kBF16) {
-    if (try_split<W>(a, s)) return;
+    if (try_wave<W>(a, s) || try_split<W>(a, s)) return;
   }
   // NVFP4 experts' gate/up of 3+ tokens: two rows per warp (80 registers, three blocks per SM), so
   // half as many blocks each stage the token's normed row; the sums are the same. H200, ms per

@@ -43,6 +43,9 @@ struct GemvArgs {
   // Not null: each pair's block x == 0 adds 1 here once its pick is in ids_out / w_out, so that
   // moe_down can read the picks before its PDL wait (moe_down's `ready`).
   int32_t* pick_ready = nullptr;
+  // Dense mode, not null: the blocks x == 0 also write their staged (normed) activation rows here
+  // ([num_rows, in], unpadded), so that a later kernel reads them instead of normalising again.
+  float* x_out = nullptr;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
@@ -170,8 +173,11 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // (bx, by): the block's coordinates in this GEMV (blockIdx unless the launch runs other work too).
 // kSplit: warps per row (a block of kSplit * kGemvWarps warps, kGemvWarps x R rows); the kSplit
 // partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
+// staged (dense mode): xs already holds this block's activation rows, staged by an earlier call
+// for the same by (after the PDL wait); the block then has no barrier.
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
-__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by) {
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by,
+                                           bool staged = false) {
   using C = Chunk<W>;
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   static_assert(kSplit == 1 || (kSplit == 2 && kTopK == 0), "gemv_block: kSplit 2 is dense only");
@@ -193,7 +199,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   const bool fixed = expert && slot >= args.fixed_from;
   if (fixed && args.skip_fixed) return;  // another launch computed the shared slices
   NormPrefetch pf;
-  prefetch_norm(pf, args.norm, K);
+  if (!staged) prefetch_norm(pf, args.norm, K);
   int64_t e = fixed ? args.fixed_id0 + (slot - args.fixed_from) : 0;
   if (!expert || fixed) {
 #pragma unroll
@@ -234,7 +240,15 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
       if (i < nb) xrow[i] = args.x_rows != nullptr ? args.x_rows[y_row0 + i] : y_row0 + i;
     }
   }
-  stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf, args.eps);
+  if (!staged) stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf, args.eps);
+  if (!staged && !expert && args.x_out != nullptr && bx == 0) {
+    for (int i = 0; i < nb; ++i) {
+      float4* dst = reinterpret_cast<float4*>(args.x_out + (y_row0 + i) * K);
+      for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
+        dst[j] = *reinterpret_cast<const float4*>(xs + i * PK + pad_idx(4 * j));
+      }
+    }
+  }
   ktrace_mark(kKtMarkB);
   float acc_a[R][NB], acc_b[R][NB];
 #pragma unroll

@@ -317,8 +317,20 @@ bool moe_route_shared(int32_t* ids, float* weights, const float* x, int64_t x_st
 
 void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
                       const LinearRef& router, const GemvNorm& norm, const MoeRouting& r,
-                      cudaStream_t s) {
-  dispatch(route_args(x, x_stride, num_tokens, router, norm, logits, r), s);
+                      cudaStream_t s, float* x_out) {
+  static_assert(kRouteNormedMaxRows <= kRouteMmaMinRows, "x_out: the CUDA-core router only");
+  FLINT_CHECK(x_out == nullptr || num_tokens < kRouteNormedMaxRows,
+              "moe_route_logits: normed rows of {} tokens (fewer than {})", num_tokens,
+              kRouteNormedMaxRows);
+  if (x_out != nullptr) {
+    const float* x_end = x + (num_tokens - 1) * x_stride + router.in;
+    FLINT_CHECK((x_out + num_tokens * router.in <= x || x_end <= x_out) &&
+                    reinterpret_cast<uintptr_t>(x_out) % 16 == 0,
+                "moe_route_logits: the normed rows overlap x or are unaligned");
+  }
+  RouteArgs a = route_args(x, x_stride, num_tokens, router, norm, logits, r);
+  a.g.x_out = x_out;
+  dispatch(a, s);
 }
 
 }  // namespace flint::cuda

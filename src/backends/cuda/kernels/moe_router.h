@@ -63,9 +63,11 @@ bool moe_route_shared(int32_t* ids, float* weights, const float* x, int64_t x_st
                       const MoeSharedGateUp& shared, cudaStream_t s);
 
 // The router GEMV alone, for gemv_gated_routed_experts (moe_experts.h), which does the top-k:
-// logits[t] = router . norm(x[t]), bit for bit the logits moe_route computes.
+// logits[t] = router . norm(x[t]), bit for bit the logits moe_route computes. x_out (not null,
+// fewer than kRouteNormedMaxRows tokens): also norm(x[t]), [num_tokens, router.in].
+inline constexpr int kRouteNormedMaxRows = 4;
 void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
                       const LinearRef& router, const GemvNorm& norm, const MoeRouting& r,
-                      cudaStream_t s);
+                      cudaStream_t s, float* x_out = nullptr);
 
 }  // namespace flint::cuda
