@@ -213,7 +213,7 @@ bool try_split(const GemvArgs& a, cudaStream_t s) {
 // same (1.976 / 1.976, 2.714 / 2.714), so it keeps the plain grid.
 template <DType W>
 bool try_wave(const GemvArgs& a, cudaStream_t s) {
-  if (a.expert_ids != nullptr || a.num_rows != 1 || a.x_out != nullptr) return false;
+  if (a.expert_ids != nullptr || a.num_rows != 1) return false;
   // Blocks resident at once with up to 48 KiB of staged rows each (the registers allow four per
   // SM). Device attributes only (safe while a graph is captured), read once.
   constexpr size_t kSmemCap = 48 * 1024;

@@ -43,9 +43,6 @@ struct GemvArgs {
   // Not null: each pair's block x == 0 adds 1 here once its pick is in ids_out / w_out, so that
   // moe_down can read the picks before its PDL wait (moe_down's `ready`).
   int32_t* pick_ready = nullptr;
-  // Dense mode, not null: the blocks x == 0 also write their staged (normed) activation rows here
-  // ([num_rows, in], unpadded), so that a later kernel reads them instead of normalising again.
-  float* x_out = nullptr;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
@@ -182,8 +179,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   static_assert(kSplit == 1 || (kSplit == 2 && kTopK == 0), "gemv_block: kSplit 2 is dense only");
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5, half = warp / kGemvWarps;
-  const int64_t r0 = (int64_t(bx) * kGemvWarps + warp % kGemvWarps) * R;
+  // One warp a row (kSplit 1): half is 0 and warp < kGemvWarps, known at compile time (a runtime
+  // division here cost the NB >= 2 kernels registers).
+  const int warp = threadIdx.x >> 5, half = kSplit > 1 ? warp / kGemvWarps : 0;
+  const int64_t r0 = (int64_t(bx) * kGemvWarps + (kSplit > 1 ? warp % kGemvWarps : warp)) * R;
   const int g = by;
   const bool expert = kTopK > 0 || args.expert_ids != nullptr;
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
@@ -241,14 +240,6 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
     }
   }
   if (!staged) stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf, args.eps);
-  if (!staged && !expert && args.x_out != nullptr && bx == 0) {
-    for (int i = 0; i < nb; ++i) {
-      float4* dst = reinterpret_cast<float4*>(args.x_out + (y_row0 + i) * K);
-      for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
-        dst[j] = *reinterpret_cast<const float4*>(xs + i * PK + pad_idx(4 * j));
-      }
-    }
-  }
   ktrace_mark(kKtMarkB);
   float acc_a[R][NB], acc_b[R][NB];
 #pragma unroll

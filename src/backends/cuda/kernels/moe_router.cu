@@ -22,6 +22,9 @@ struct RouteArgs {
   int32_t* counter;  // null: the logits only (moe_route_logits)
   MoeRouting r;
   int router_blocks_x = 0;  // > 0: blocks x >= this of the launch do other work (not counted)
+  // Not null (moe_route_kernel): the blocks x == 0 also write their staged, normed rows here
+  // ([num_rows, in], unpadded), so that the gate/up kernel reads them instead of normalising again.
+  float* x_out = nullptr;
 };
 
 // Top-k of token t by one warp into the launch's ids/weights; scratch: [2E] floats.
@@ -61,6 +64,19 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs 
   dev::ktrace_begin(KTag::kRouter);
   dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, false, kR, UX>(a.g, smem);
+  if (a.x_out != nullptr && blockIdx.x == 0) {
+    // The rows gemv_block staged (and normed) for this block's group stay in smem: written here,
+    // not in gemv_block, whose other kernels' registers the code would cost.
+    const int64_t K = a.g.a.in, PK = dev::padded_len(K);
+    const int row0 = static_cast<int>(blockIdx.y) * NB;
+    const int nb = min(NB, a.g.num_rows - row0);
+    for (int i = 0; i < nb; ++i) {
+      float4* dst = reinterpret_cast<float4*>(a.x_out + (row0 + i) * K);
+      for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
+        dst[j] = *reinterpret_cast<const float4*>(smem + i * PK + dev::pad_idx(4 * j));
+      }
+    }
+  }
   route_tail(a, smem);
   dev::ktrace_end();
 }
@@ -329,7 +345,7 @@ void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_t
                 "moe_route_logits: the normed rows overlap x or are unaligned");
   }
   RouteArgs a = route_args(x, x_stride, num_tokens, router, norm, logits, r);
-  a.g.x_out = x_out;
+  a.x_out = x_out;
   dispatch(a, s);
 }
 
