@@ -62,8 +62,9 @@ TEST(Gemv, Nvfp4MatchesCpuLinear) {
   check_gemv(DType::kNVFP4, 1, 1, 4096, 1.0f);
 }
 
-// One activation row whose weight row takes more than one pass of a warp: two warps share each
-// output row (gemv_split_kernel), 1031 rows leave the last block's warps partly idle.
+// One activation row whose weight row takes more than one pass of a warp (BF16: two warps share
+// each output row, gemv_split_kernel; NVFP4 keeps one warp a row); 1031 rows leave the last
+// block's warps partly idle.
 TEST(Gemv, OneRowLongerThanAPassMatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
   check_gemv(DType::kNVFP4, 1, 1031, 4160, 0.37f);

@@ -53,6 +53,17 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   launch_pdl_clusters(kernel, grid, block, smem, s, dim3(1, 1, 1), std::forward<Args>(args)...);
 }
 
+// The current device's SM count, read once (a device attribute: safe while a graph is captured).
+inline int device_sm_count() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return n;
+}
+
 }  // namespace flint::cuda
 
 namespace flint::cuda::dev {

@@ -71,12 +71,7 @@ void launch_any(const AttnKernelArgs& k, int num_rows, cudaStream_t s) {
   FLINT_CHECK(a.num_splits >= 1 && a.num_splits <= kAttentionMaxSplits,
               "decode_attention: {} splits (1..{})", a.num_splits, kAttentionMaxSplits);
   FLINT_CHECK(!a.sliding || k.kv.window > 0, "decode_attention: sliding layer without a window");
-  static const int num_sms = [] {
-    int dev = 0, n = 0;
-    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
-    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
+  const int num_sms = device_sm_count();
   const bool cluster =
       decode_attention_uses_cluster(num_rows, a.num_kv_heads, a.num_splits, num_sms);
   FLINT_CHECK(a.num_splits == 1 || cluster || (k.part != nullptr && k.counters != nullptr),

@@ -182,12 +182,7 @@ void launch_r(const GemvArgs& a, int groups, cudaStream_t s) {
 // passes, then one) lost, b1 1K 1.966 / 1.999, 100K 2.701 / 2.710, so it keeps one warp a row.
 template <DType W>
 bool try_split(const GemvArgs& a, cudaStream_t s) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
-    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
+  const int sms = device_sm_count();
   constexpr int U = dev::gemv_unroll<W, false, 1>();
   const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
   if (a.expert_ids != nullptr || a.num_rows != 1 || blocks > 2 * int64_t(sms) ||
@@ -219,12 +214,10 @@ bool try_wave(const GemvArgs& a, cudaStream_t s) {
   constexpr size_t kSmemCap = 48 * 1024;
   const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
   static const int resident = [] {
-    int dev = 0, sms = 0, per_sm = 0;
-    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
-    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int per_sm = 0;
     FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_wave_kernel<W>,
                                                                    dev::kGemvThreads, kSmemCap));
-    return sms * per_sm;
+    return device_sm_count() * per_sm;
   }();
   const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
   if (smem > kSmemCap || resident <= 0 || blocks <= resident) return false;
