@@ -14,7 +14,9 @@
 #include "backends/cpu/kv_cache.h"
 #include "backends/cpu/ops/attention.h"
 #include "backends/cuda/kernels/decode_attention.h"
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/qk_norm_rope_kv.h"
+#include "backends/cuda/weights.h"
 #include "core/thread_pool.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -298,6 +300,32 @@ void run_fused_case(const FusedCase& tc) {
       decode_attention_fused(out2.get(), dq, k2.get(), v2.get(), d_sinks.get(), kv, T, a, ws.get(),
                              counters.get(), nullptr);
       EXPECT_LE(testing::worst_ratio(out2.to_host(), out1.to_host(), 1e-5, 1e-4), 1.0);
+    }
+    // On a stream, letting the next kernel launch early (early_dependents): an o projection
+    // launched right after it with PDL, which may start while attention runs, still reads the
+    // whole output (the same products as the same GEMV run after a synchronisation).
+    {
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+      DecodeAttentionArgs early = a;
+      early.early_dependents = true;
+      const int64_t in = int64_t(H) * D, out = 64;
+      const auto wb = testing::random_weight(DType::kBF16, out, in, 77);
+      DeviceWeights owner;
+      auto w = owner.add_linear(
+          model::Linear{ConstTensorView(wb.data(), DType::kBF16, {out, in}), 1.0f}, nullptr);
+      ASSERT_TRUE(w.has_value()) << w.error().message;
+      DeviceArray<float> out3(std::vector<float>(int64_t(T) * H * D, -5.0f));
+      DeviceArray<float> y(int64_t(T) * out), y_ref(int64_t(T) * out);
+      DeviceArray<__nv_bfloat16> k3(cache), v3(cache);
+      decode_attention_fused(out3.get(), dq, k3.get(), v3.get(), d_sinks.get(), kv, T, early,
+                             ws.get(), counters.get(), st);
+      gemv(y.get(), out, out3.get(), in, T, *w, false, st);
+      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+      gemv(y_ref.get(), out, out3.get(), in, T, *w, false, nullptr);
+      EXPECT_EQ(y.to_host(), y_ref.to_host());
+      EXPECT_LE(testing::worst_ratio(out3.to_host(), out1.to_host(), 1e-5, 1e-4), 1.0);
     }
     for (auto [want, got] : {std::pair{&k1, &k2}, {&v1, &v2}}) {
       const auto w = want->to_host(), g = got->to_host();

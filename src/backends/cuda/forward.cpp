@@ -485,7 +485,13 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     auto* k_step = reinterpret_cast<__nv_bfloat16*>(ws_kstep_);
     auto* v_step = reinterpret_cast<__nv_bfloat16*>(ws_vstep_);
     const bool rope = c.layer_uses_rope[l];
-    const DecodeAttentionArgs aa = decode_attention_args(plan, sliding);
+    DecodeAttentionArgs aa = decode_attention_args(plan, sliding);
+    // One token with BF16 o weights (16 MB for Flint, the two-warps-a-row split GEMV): the o
+    // projection requests them while attention runs. H200, ms per step (scripts/gpu.sh sweep,
+    // three rounds, seventeenth session), attention exits first / lets it launch after its
+    // prologue: BF16 b1 1K 2.452 / 2.384, 100K 3.166 / 3.105; but NVFP4 b1 1K 1.934 / 1.945,
+    // b2 2.793 / 2.934 and BF16 b2 3.675 / 3.774, b8 7.617 / 7.901 lost.
+    aa.early_dependents = T == 1 && L.o.dtype == DType::kBF16;
     if (plan.decode) {
       // One launch: q/k norm, RoPE, the cache write of the new K/V and attention.
       const DecodeQkv dq{ws_qkv_, L.q_norm, L.k_norm, eps, rope, c.rope_theta};

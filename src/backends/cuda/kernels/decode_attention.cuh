@@ -354,9 +354,11 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   __shared__ float sm_x[kFused ? kWarps : 1][D];
   __shared__ __align__(16) __nv_bfloat16 sm_kv[2][D];
 
-  // No griddepcontrol.launch_dependents: the next kernel (the o projection) launches when this
-  // grid exits. Letting it launch at the start made the step slower (NVFP4 batch 1: 2.41 against
-  // 2.30 ms; decode_step_bench on the H200, docs/PERFORMANCE.md, fifth session).
+  // griddepcontrol.launch_dependents only with a.early_dependents (after the fused prologue):
+  // otherwise the next kernel (the o projection) launches when this grid exits. Letting it launch
+  // at the start made the step slower (NVFP4 batch 1: 2.41 against 2.30 ms; decode_step_bench on
+  // the H200, docs/PERFORMANCE.md, fifth session); after the prologue it pays for the one-token
+  // BF16 o projection only (seventeenth session).
   if constexpr (kPdl && !kFused) {
     dev::ktrace_mark(kKtWaitBegin);
     dev::pdl_wait();
@@ -444,6 +446,9 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   for (int j = 0; j < kStages - 1; ++j) issue(j, lookup(j));
   if constexpr (kFused) {
     decode_prologue<D, kPdl>(args, row, kvh, split == 0, args.a.scale * kLog2e, sm_qa, sm_kv, sm_x);
+    // After the prologue's PDL wait: the qkv projection has finished, so the early blocks of the
+    // next kernel take no SM slot its second wave needed.
+    if (kPdl && args.a.early_dependents) dev::pdl_launch_dependents();
     __syncthreads();
     if constexpr (kPdl) dev::ktrace_mark(kKtMarkA);
   }

@@ -21,6 +21,10 @@ struct DecodeAttentionArgs {
   float scale = 0.0f;
   bool sliding = false;  // sliding: keys max(0, p - window + 1) .. p; full: 0 .. p
   int num_splits = 1;    // from decode_attention_splits(); 1 .. kAttentionMaxSplits
+  // decode_attention_fused on a stream: let the next kernel (the o projection) launch once the
+  // prologue is done, so that it requests its weights while attention runs (it still waits for
+  // the output). Otherwise it launches when attention exits. Changes no result.
+  bool early_dependents = false;
 };
 
 inline constexpr int kAttentionMaxSplits = 64;
