@@ -116,6 +116,29 @@ TEST(MoeRoute, MatchesCpuRouteAfterRmsNorm) {
   }
 }
 
+// moe_route_logits' normed rows serve a few tokens only and may neither overlap x nor be
+// misaligned; a caller that breaks that is a bug, stopped with the reason before any launch (so
+// no device is needed).
+TEST(MoeRoute, NormedRowsOutsideTheirContractStop) {
+  const int64_t d = 64, E = 16;
+  LinearRef router;
+  router.dtype = DType::kF32;
+  router.out = E;
+  router.in = d;
+  std::vector<float> w(E * d), x(8 * d), x_out(8 * d + 4), logits(8 * E);
+  router.w = w.data();
+  const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
+  EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, kRouteNormedMaxRows, router, {}, r,
+                                nullptr, x_out.data()),
+               "normed rows of 4 tokens");
+  EXPECT_DEATH(
+      moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, x.data() + d / 2),
+      "overlap x or are unaligned");
+  EXPECT_DEATH(
+      moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, x_out.data() + 1),
+      "overlap x or are unaligned");
+}
+
 TEST(MoeExperts, BlockMatchesCpuMoe) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
