@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -286,6 +287,54 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
 // far beyond the CPU's and GPU's exp differences); E covers all 8 warps, a partial last warp
 // and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
 // kernel's warp-0 top-k (the same code as the router's) runs instead.
+// The routed gate/up kernel loads an already normed row before its top-k (rows of up to 2048
+// floats, two float4 a thread) and stages it after; wider rows, or rows it normalises itself, it
+// stages after the pick. Every width gives the act rows of the kernel that normalises itself, bit
+// for bit, and the same picks.
+TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
+  FLINT_REQUIRE_GPU();
+  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+    for (int64_t d : {192, 2048, 2080}) {
+      cpu::testing::TinyOptions o = one_moe_layer(d, 32, 32);
+      o.num_experts = 13;
+      o.num_experts_per_tok = 3;
+      o.expert_bias = true;
+      o.linear_dtype = dt;
+      o.seed = 23;
+      const auto m = cpu::testing::make_tiny_model(o);
+      const model::FlintConfig& c = m.weights.config;
+      auto dw = DeviceWeights::upload(m.weights, nullptr);
+      ASSERT_TRUE(dw.has_value()) << dw.error().message;
+      const DeviceLayer& L = dw->layers()[0];
+      const int slots = static_cast<int>(c.num_experts_per_tok) + dw->num_shared_slots();
+      const int64_t I = c.moe_intermediate_size;
+      const GemvNorm norm{L.ffn_norm, c.rms_norm_eps};
+      const MoeRouting r{static_cast<int>(c.num_experts), static_cast<int>(c.num_experts_per_tok),
+                         dw->num_shared_slots(), c.norm_topk_prob, c.routed_scaling_factor};
+      for (int T : {1, 2}) {
+        SCOPED_TRACE(fmt::format("dtype={} d={} tokens={}", dt, d, T));
+        DeviceArray<float> dh(random_floats(T * d, 300 + T, -2.0f, 2.0f));
+        DeviceArray<float> logits(T * c.num_experts), xn(T * d);
+        moe_route_logits(logits.get(), dh.get(), d, T, L.router, norm, r, nullptr, xn.get());
+        DeviceArray<float> act_self(T * slots * I), w_self(T * slots);
+        DeviceArray<float> act_pre(T * slots * I), w_pre(T * slots);
+        DeviceArray<int32_t> ids_self(T * slots), ids_pre(T * slots);
+        gemv_gated_routed_experts(act_self.get(), dh.get(), d, T, logits.get(), L.expert_bias, r,
+                                  ids_self.get(), w_self.get(), L.exp_gate, L.exp_up, nullptr,
+                                  norm);
+        gemv_gated_routed_experts(act_pre.get(), xn.get(), d, T, logits.get(), L.expert_bias, r,
+                                  ids_pre.get(), w_pre.get(), L.exp_gate, L.exp_up, nullptr);
+        const auto want = act_self.to_host();
+        EXPECT_EQ(ids_pre.to_host(), ids_self.to_host());
+        EXPECT_EQ(w_pre.to_host(), w_self.to_host());
+        EXPECT_EQ(act_pre.to_host(), want);
+        // Not a vacuous match: the act rows are not all zero.
+        EXPECT_TRUE(std::any_of(want.begin(), want.end(), [](float v) { return v != 0.0f; }));
+      }
+    }
+  }
+}
+
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   FLINT_REQUIRE_GPU();
   struct Shape {
