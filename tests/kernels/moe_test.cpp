@@ -288,14 +288,14 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
 // and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
 // kernel's warp-0 top-k (the same code as the router's) runs instead.
 // The routed gate/up kernel loads an already normed row before its top-k (rows of up to 2048
-// floats, two float4 a thread) and stages it after; wider rows, or rows it normalises itself, it
-// stages after the pick. Every width gives the act rows of the kernel that normalises itself, bit
-// for bit, and the same picks.
+// floats, two float4 a thread) and stages it after; wider rows (2112: NVFP4 rows are whole
+// 64-element blocks), or rows it normalises itself, it stages after the pick. Every width gives the
+// act rows of the kernel that normalises itself, bit for bit, and the same picks.
 TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kBF16, DType::kNVFP4}) {
-    for (int64_t d : {192, 2048, 2080}) {
-      cpu::testing::TinyOptions o = one_moe_layer(d, 32, 32);
+    for (int64_t d : {192, 2048, 2112}) {
+      cpu::testing::TinyOptions o = one_moe_layer(d, 32, 64);
       o.num_experts = 13;
       o.num_experts_per_tok = 3;
       o.expert_bias = true;
