@@ -319,11 +319,19 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
         DeviceArray<float> act_self(T * slots * I), w_self(T * slots);
         DeviceArray<float> act_pre(T * slots * I), w_pre(T * slots);
         DeviceArray<int32_t> ids_self(T * slots), ids_pre(T * slots);
-        gemv_gated_routed_experts(act_self.get(), dh.get(), d, T, logits.get(), L.expert_bias, r,
-                                  ids_self.get(), w_self.get(), L.exp_gate, L.exp_up, nullptr,
+        // The same launch on other rows first leaves their values in the blocks' shared memory,
+        // so a row the kernel failed to stage cannot match by chance.
+        DeviceArray<float> other(random_floats(T * d, 900 + T, -2.0f, 2.0f));
+        DeviceArray<float> act_other(T * slots * I), w_other(T * slots);
+        DeviceArray<int32_t> ids_other(T * slots);
+        gemv_gated_routed_experts(act_other.get(), other.get(), d, T, logits.get(), L.expert_bias,
+                                  r, ids_other.get(), w_other.get(), L.exp_gate, L.exp_up, nullptr,
                                   norm);
         gemv_gated_routed_experts(act_pre.get(), xn.get(), d, T, logits.get(), L.expert_bias, r,
                                   ids_pre.get(), w_pre.get(), L.exp_gate, L.exp_up, nullptr);
+        gemv_gated_routed_experts(act_self.get(), dh.get(), d, T, logits.get(), L.expert_bias, r,
+                                  ids_self.get(), w_self.get(), L.exp_gate, L.exp_up, nullptr,
+                                  norm);
         const auto want = act_self.to_host();
         EXPECT_EQ(ids_pre.to_host(), ids_self.to_host());
         EXPECT_EQ(w_pre.to_host(), w_self.to_host());
