@@ -47,6 +47,19 @@ cpu::testing::TinyOptions one_moe_layer(int64_t hidden, int64_t head_dim, int64_
   return o;
 }
 
+// one_moe_layer with `dt` weights and 13 experts, top 3, with selection biases: the awkward
+// shape of the expert-path tests.
+cpu::testing::TinyOptions thirteen_expert_layer(DType dt, int64_t hidden, int64_t head_dim,
+                                                uint64_t seed) {
+  cpu::testing::TinyOptions o = one_moe_layer(hidden, head_dim, 64);
+  o.num_experts = 13;
+  o.num_experts_per_tok = 3;
+  o.expert_bias = true;
+  o.linear_dtype = dt;
+  o.seed = seed;
+  return o;
+}
+
 TEST(MoeRoute, MatchesCpuRouteAfterRmsNorm) {
   FLINT_REQUIRE_GPU();
   // d: one pass of a warp's loads over the row, or (one or two tokens) the doubled loads of a row
@@ -143,13 +156,7 @@ TEST(MoeRoute, NormedRowsOutsideTheirContractStop) {
 TEST(MoeExperts, BlockMatchesCpuMoe) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
-    cpu::testing::TinyOptions o = one_moe_layer(192, 64, 64);
-    o.num_experts = 13;
-    o.num_experts_per_tok = 3;
-    o.expert_bias = true;
-    o.linear_dtype = dt;
-    o.seed = 17;
-    const auto m = cpu::testing::make_tiny_model(o);
+    const auto m = cpu::testing::make_tiny_model(thirteen_expert_layer(dt, 192, 64, 17));
     const model::FlintConfig& c = m.weights.config;
     const model::LayerWeights& lw = m.weights.layers[0];
     auto dw = DeviceWeights::upload(m.weights, nullptr);
@@ -295,13 +302,7 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kBF16, DType::kNVFP4}) {
     for (int64_t d : {192, 2048, 2112}) {
-      cpu::testing::TinyOptions o = one_moe_layer(d, 32, 64);
-      o.num_experts = 13;
-      o.num_experts_per_tok = 3;
-      o.expert_bias = true;
-      o.linear_dtype = dt;
-      o.seed = 23;
-      const auto m = cpu::testing::make_tiny_model(o);
+      const auto m = cpu::testing::make_tiny_model(thirteen_expert_layer(dt, d, 32, 23));
       const model::FlintConfig& c = m.weights.config;
       auto dw = DeviceWeights::upload(m.weights, nullptr);
       ASSERT_TRUE(dw.has_value()) << dw.error().message;
