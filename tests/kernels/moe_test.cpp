@@ -286,18 +286,11 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
   }
 }
 
-// The gate/up kernel's whole-block top-k (top_k_token_block: every warp its own best, then warp
-// 0 over the candidates) against cpu::route on the same logits (through an identity router):
-// the same ids, weights within 2e-6; and against the router's one-warp top-k (moe_router): ids
-// and weights bit for bit. The logits take 17 values and the biases 3, so keys tie within and
-// across warps and at the k-th pick (ties go to the lower id; distinct keys differ by >= 6e-4,
-// far beyond the CPU's and GPU's exp differences); E covers all 8 warps, a partial last warp
-// and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
-// kernel's warp-0 top-k (the same code as the router's) runs instead.
 // The routed gate/up kernel loads an already normed row before its top-k (rows of up to 2048
 // floats, two float4 a thread) and stages it after; wider rows (2112: NVFP4 rows are whole
 // 64-element blocks), or rows it normalises itself, it stages after the pick. Every width gives the
-// act rows of the kernel that normalises itself, bit for bit, and the same picks.
+// act rows of the kernel that normalises itself (the path BlockMatchesCpuMoe checks against
+// cpu::moe), bit for bit, and the same picks.
 TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kBF16, DType::kNVFP4}) {
@@ -344,6 +337,14 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
   }
 }
 
+// The gate/up kernel's whole-block top-k (top_k_token_block: every warp its own best, then warp
+// 0 over the candidates) against cpu::route on the same logits (through an identity router):
+// the same ids, weights within 2e-6; and against the router's one-warp top-k (moe_router): ids
+// and weights bit for bit. The logits take 17 values and the biases 3, so keys tie within and
+// across warps and at the k-th pick (ties go to the lower id; distinct keys differ by >= 6e-4,
+// far beyond the CPU's and GPU's exp differences); E covers all 8 warps, a partial last warp
+// and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
+// kernel's warp-0 top-k (the same code as the router's) runs instead.
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   FLINT_REQUIRE_GPU();
   struct Shape {
