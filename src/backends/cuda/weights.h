@@ -41,7 +41,7 @@ class DeviceWeights {
   // Uploads a bound checkpoint. Unsupported dtypes and failed repack checks are errors.
   static Result<DeviceWeights> upload(const model::FlintWeights& w, cudaStream_t s);
   // Random weights of the config's full shape; linear layers in `linear_dtype` (BF16 or NVFP4),
-  // router and LM head BF16, norms and sinks F32.
+  // router BF16, LM head F32 (as the model keeps it), norms and sinks F32.
   static Result<DeviceWeights> dummy(const model::FlintConfig& c, DType linear_dtype, uint64_t seed,
                                      cudaStream_t s);
   // Why dummy() would refuse `c` (kUnsupported / kInvalidArgument naming the dimension): a dtype
