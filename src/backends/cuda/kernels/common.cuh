@@ -92,6 +92,21 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// Thread-block cluster barrier in two halves, for every thread of every block of the cluster
+// (sm_90). The arrival is relaxed: it publishes none of this thread's writes, so it suits a block
+// that only has to wait for its peers (to have started, or to be done reading its shared memory);
+// the wait has acquire semantics.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

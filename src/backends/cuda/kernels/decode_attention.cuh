@@ -327,12 +327,12 @@ __device__ __forceinline__ void cluster_merge(const AttnKernelArgs& args, int kv
   const float iz = z > 0.0f ? 1.0f / z : 0.0f;
   // Every remote value this block reads has been used, so a relaxed arrival may go now; the wait
   // keeps this block's shared memory alive until the other blocks have read it too.
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  dev::cluster_arrive_relaxed();
   if (mine) {
     reinterpret_cast<float4*>(args.out + head0 * D)[idx] =
         make_float4(o.x * iz, o.y * iz, o.z * iz, o.w * iz);
   }
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+  dev::cluster_wait();
 }
 
 // The work of one (kv head, split, row) block; every thread of the block calls it. smem: at least

@@ -12,6 +12,7 @@
 #include <cfloat>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/sampling.h"
 
 namespace flint::cuda {
@@ -533,7 +534,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   // No block may write into another's shared memory before that block has started: arrive at the
   // cluster barrier now, wait for the others just before the first exchange (compute-sanitizer
   // racecheck flagged the writes without it: "a block that might not have entered yet").
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  dev::cluster_arrive_relaxed();
   const int row_id = blockIdx.y;
   const SampleParams prm = params[row_id];
   const float* row = logits + int64_t(row_id) * vocab;
@@ -587,7 +588,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   }
   block_argmax(m, best, sm);  // its barriers also publish the staged slice
   lo = block_min(lo, sm);
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  dev::cluster_wait();
   {
     const u64* x = cl.exchange(sm, __float_as_uint(m), static_cast<u64>(best), __float_as_uint(lo));
     for (int q = 0; q < kCluster; ++q) {
