@@ -142,15 +142,19 @@ TEST(MoeRoute, NormedRowsOutsideTheirContractStop) {
   std::vector<float> w(E * d), x(8 * d), x_out(8 * d + 4), logits(8 * E);
   router.w = w.data();
   const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
+  std::vector<float> x_inv(8);
   EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, kRouteNormedMaxRows, router, {}, r,
-                                nullptr, x_out.data()),
+                                nullptr, x_out.data(), x_inv.data()),
                "normed rows of 4 tokens");
-  EXPECT_DEATH(
-      moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, x.data() + d / 2),
-      "overlap x or are unaligned");
-  EXPECT_DEATH(
-      moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, x_out.data() + 1),
-      "overlap x or are unaligned");
+  EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, x_out.data(),
+                                nullptr),
+               "normed rows and their scales go together");
+  EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr,
+                                x.data() + d / 2, x_inv.data()),
+               "overlap x or are unaligned");
+  EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr,
+                                x_out.data() + 1, x_inv.data()),
+               "overlap x or are unaligned");
 }
 
 TEST(MoeExperts, BlockMatchesCpuMoe) {
@@ -205,17 +209,25 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
       EXPECT_EQ(ids2.to_host(), ids.to_host());
       EXPECT_EQ(rw2.to_host(), rw.to_host());
       EXPECT_EQ(act2.to_host(), act.to_host());
-      // The decode path's router also writes the normed rows (a few tokens), and the gate/up on
-      // them without a norm stages the same rows: the same act bit for bit.
+      // The decode path's router also writes the rows times the norm weight and their 1 / rms
+      // (a few tokens; their product is the normed row), and the gate/up on them without a norm
+      // stages the same rows and scales as late: the same act bit for bit.
       if (T < kRouteNormedMaxRows) {
-        DeviceArray<float> lg_n(T * c.num_experts), dxn(T * d), act_n(T * slots * I);
+        DeviceArray<float> lg_n(T * c.num_experts), dxn(T * d), dxinv(T), act_n(T * slots * I);
         DeviceArray<float> rw_n(T * slots);
         DeviceArray<int32_t> ids_n(T * slots);
-        moe_route_logits(lg_n.get(), dh.get(), d, T, L.router, norm, r, nullptr, dxn.get());
+        moe_route_logits(lg_n.get(), dh.get(), d, T, L.router, norm, r, nullptr, dxn.get(),
+                         dxinv.get());
         EXPECT_EQ(lg_n.to_host(), logits.to_host());
-        EXPECT_LE(testing::worst_ratio(dxn.to_host(), xn, 1e-5, 1e-5), 1.0);
+        std::vector<float> rows = dxn.to_host();
+        const std::vector<float> inv = dxinv.to_host();
+        for (int t = 0; t < T; ++t) {
+          for (int64_t j = 0; j < d; ++j) rows[t * d + j] *= inv[t];
+        }
+        EXPECT_LE(testing::worst_ratio(rows, xn, 1e-5, 1e-5), 1.0);
         gemv_gated_routed_experts(act_n.get(), dxn.get(), d, T, lg_n.get(), L.expert_bias, r,
-                                  ids_n.get(), rw_n.get(), L.exp_gate, L.exp_up, nullptr);
+                                  ids_n.get(), rw_n.get(), L.exp_gate, L.exp_up, nullptr, {},
+                                  nullptr, dxinv.get());
         EXPECT_EQ(ids_n.to_host(), ids.to_host());
         EXPECT_EQ(act_n.to_host(), act.to_host());
       }
@@ -286,11 +298,12 @@ TEST(MoeExperts, BlockMatchesCpuMoe) {
   }
 }
 
-// The routed gate/up kernel loads an already normed row before its top-k (rows of up to 2048
-// floats, two float4 a thread) and stages it after; wider rows (2112: NVFP4 rows are whole
-// 64-element blocks), or rows it normalises itself, it stages after the pick. Every width gives the
-// act rows of the kernel that normalises itself (the path BlockMatchesCpuMoe checks against
-// cpu::moe), bit for bit, and the same picks.
+// The routed gate/up kernel loads a row the router already multiplied by the norm weight before
+// its top-k (rows of up to 2048 floats, two float4 a thread) and stages it after; wider rows
+// (2112: NVFP4 rows are whole 64-element blocks), or rows it normalises itself, it stages after
+// the pick. Either way the 1 / rms (the router's x_inv_out, or its own) scales the dot products
+// at the end. Every width gives the act rows of the kernel that normalises itself (the path
+// BlockMatchesCpuMoe checks against cpu::moe), bit for bit, and the same picks.
 TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kBF16, DType::kNVFP4}) {
@@ -308,8 +321,9 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
       for (int T : {1, 2}) {
         SCOPED_TRACE(fmt::format("dtype={} d={} tokens={}", dt, d, T));
         DeviceArray<float> dh(random_floats(T * d, 300 + T, -2.0f, 2.0f));
-        DeviceArray<float> logits(T * c.num_experts), xn(T * d);
-        moe_route_logits(logits.get(), dh.get(), d, T, L.router, norm, r, nullptr, xn.get());
+        DeviceArray<float> logits(T * c.num_experts), xn(T * d), xinv(T);
+        moe_route_logits(logits.get(), dh.get(), d, T, L.router, norm, r, nullptr, xn.get(),
+                         xinv.get());
         DeviceArray<float> act_self(T * slots * I), w_self(T * slots);
         DeviceArray<float> act_pre(T * slots * I), w_pre(T * slots);
         DeviceArray<int32_t> ids_self(T * slots), ids_pre(T * slots);
@@ -322,7 +336,8 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
                                   r, ids_other.get(), w_other.get(), L.exp_gate, L.exp_up, nullptr,
                                   norm);
         gemv_gated_routed_experts(act_pre.get(), xn.get(), d, T, logits.get(), L.expert_bias, r,
-                                  ids_pre.get(), w_pre.get(), L.exp_gate, L.exp_up, nullptr);
+                                  ids_pre.get(), w_pre.get(), L.exp_gate, L.exp_up, nullptr, {},
+                                  nullptr, xinv.get());
         gemv_gated_routed_experts(act_self.get(), dh.get(), d, T, logits.get(), L.expert_bias, r,
                                   ids_self.get(), w_self.get(), L.exp_gate, L.exp_up, nullptr,
                                   norm);

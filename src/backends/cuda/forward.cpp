@@ -287,16 +287,17 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
                            int64_t(cap_logits_) * c.vocab_size,
                            int64_t(cap_logits_) * d,
                            T * Hkv * D,  // bf16 K rows (over-allocated as floats)
-                           T * Hkv * D};
+                           T * Hkv * D,
+                           T};
   int64_t floats = 0;
   for (int64_t n : sizes) floats += (n + 63) / 64 * 64;
   auto wb = DeviceBuffer::allocate(floats * 4);
   if (!wb) return wb.error().with_context("allocating forward workspaces");
   work_ = std::move(wb).value();
   float* f = work_.as<float>();
-  float** segs[] = {&ws_h_,    &ws_a_,       &ws_qkv_,  &ws_q_,         &ws_attn_,
-                    &ws_act_,  &ws_rlogits_, &ws_rw_,   &ws_attn_part_, &ws_logits_,
-                    &ws_alog_, &ws_kstep_,   &ws_vstep_};
+  float** segs[] = {&ws_h_,    &ws_a_,       &ws_qkv_,   &ws_q_,         &ws_attn_,
+                    &ws_act_,  &ws_rlogits_, &ws_rw_,    &ws_attn_part_, &ws_logits_,
+                    &ws_alog_, &ws_kstep_,   &ws_vstep_, &ws_xinv_};
   for (size_t i = 0; i < std::size(segs); ++i) {
     *segs[i] = f;
     f += (sizes[i] + 63) / 64 * 64;
@@ -541,16 +542,20 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
         static_assert(
             std::max(kRoutedGateUpMaxTokens, kRoutedGateUpMaxTokensNvfp4) < kRouteNormedMaxRows,
             "the routed path's router writes its normed rows");
+        // The rows come times the norm weight, their 1 / rms apart (ws_xinv_).
         float* xn = norm.weight != nullptr ? ws_a_ : nullptr;
+        float* xinv = xn != nullptr ? ws_xinv_ : nullptr;
         const float* gx = xn != nullptr ? xn : x;
         const GemvNorm gnorm = xn != nullptr ? GemvNorm{} : norm;
-        if (run(kOpRouter)) moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s, xn);
+        if (run(kOpRouter)) {
+          moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s, xn, xinv);
+        }
         mark("moe_router");
         if (run(kOpGateUp)) {
           // Counted picks only when moe_down runs after this launch (it waits for the count).
           if (run(kOpDown)) pick_ready = d_pick_ready_ + l;
           gemv_gated_routed_experts(ws_act_, gx, d, T, ws_rlogits_, L.expert_bias, routing, ids,
-                                    ws_rw_, L.exp_gate, L.exp_up, s, gnorm, pick_ready);
+                                    ws_rw_, L.exp_gate, L.exp_up, s, gnorm, pick_ready, xinv);
         }
       } else {
         bool shared_done = false;

@@ -337,19 +337,57 @@ __device__ __forceinline__ void prefetch_norm(NormPrefetch& p, const float* norm
   }
 }
 
+// The warps' sums of squares of the rows stage_rows staged, [warp][row]: one array per kernel
+// (a function's __shared__ variable is static), read again by staged_inv.
+template <int NB>
+__device__ __forceinline__ float (&stage_red())[32][NB] {
+  __shared__ float red[32][NB];
+  return red;
+}
+
+// 1 / sqrt(mean(x^2) + eps) of staged row i (stage_rows with a norm weight, after its barrier,
+// in a block of kW warps): the kW partial sums loaded together and added as a tree, the same
+// order in every thread of the block. A loop over the warps' sums (one dependent shared load and
+// add at a time) put 0.2-0.8 us on the end of each GEMV that uses it (scripts/gpu.sh ktrace).
+template <int NB, int kW>
+__device__ __forceinline__ float staged_inv(int i, int64_t K, float eps) {
+  static_assert(kW >= 1 && kW <= 32, "staged_inv: 1-32 warps");
+  const float(&red)[32][NB] = stage_red<NB>();
+  float v[kW];
+#pragma unroll
+  for (int w = 0; w < kW; ++w) v[w] = red[w][i];
+#pragma unroll
+  for (int step = 1; step < kW; step *= 2) {
+#pragma unroll
+    for (int w = 0; w + step < kW; w += 2 * step) v[w] += v[w + step];
+  }
+  return rsqrtf(v[0] / static_cast<float>(K) + eps);
+}
+
 // Copies nb (<= NB) activation rows of K f32 (row i starts at x + row[i] * x_stride; K % 4 == 0,
 // 16-byte aligned rows) into xs in the padded layout, PK floats per row. With a norm weight each
-// row is RMS-normalised on the way (x / sqrt(mean(x^2) + eps) * norm, sums in f32), so the GEMV
-// that consumes a normed input needs no separate RMSNorm launch; `pf` holds the prefetched part
-// of the norm weight (prefetch_norm). Ends with __syncthreads(). Every thread of the block must
-// call it; blockDim.x is a multiple of 32 and at most 1024.
+// row is stored times the weight (x * norm) and the warps' sums of squares of x are left for
+// staged_inv: the consumer scales its dot products by 1 / sqrt(mean(x^2) + eps) at the end, so
+// the GEMV that consumes a normed input needs no separate RMSNorm launch, and staging needs one
+// barrier, not two (before, the rows were rescaled in place between two barriers). `pf` holds
+// the prefetched part of the norm weight (prefetch_norm). Ends with __syncthreads(). Every thread
+// of the block must call it; blockDim.x is a multiple of 32 and at most 1024.
 template <int NB>
 __device__ __forceinline__ void stage_rows(float* xs, int64_t PK, const float* x, int64_t x_stride,
                                            const int64_t (&row)[NB], int nb, int64_t K,
-                                           const float* norm, const NormPrefetch& pf, float eps) {
-  __shared__ float red[32][NB];
+                                           const float* norm, const NormPrefetch& pf) {
   const int64_t n4 = K / 4, bd = blockDim.x;
+  const bool normed = norm != nullptr;
   float ss[NB];
+  auto times = [&](float4 v, const float4& w) {
+    if (normed) {
+      v.x *= w.x;
+      v.y *= w.y;
+      v.z *= w.z;
+      v.w *= w.w;
+    }
+    return v;
+  };
 #pragma unroll
   for (int i = 0; i < NB; ++i) {
     ss[i] = 0.0f;
@@ -366,49 +404,25 @@ __device__ __forceinline__ void stage_rows(float* xs, int64_t PK, const float* x
     for (int k = 0; k < kNormVec; ++k) {
       const int64_t j = threadIdx.x + k * bd;
       if (j < n4) {
-        *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = v[k];
+        *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = times(v[k], pf.v[k]);
         ss[i] += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
       }
     }
     for (int64_t j = threadIdx.x + kNormVec * bd; j < n4; j += bd) {
       const float4 u = src[j];
-      *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = u;
+      const float4 w =
+          normed ? __ldg(reinterpret_cast<const float4*>(norm) + j) : make_float4(1, 1, 1, 1);
+      *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = times(u, w);
       ss[i] += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
     }
   }
-  if (norm != nullptr) {
+  if (normed) {
+    float(&red)[32][NB] = stage_red<NB>();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < NB; ++i) {
       const float v = warp_sum(ss[i]);
       if (lane == 0) red[warp][i] = v;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < NB; ++i) {
-      if (i >= nb) continue;
-      float total = 0.0f;
-      for (int w = 0; w < static_cast<int>(bd >> 5); ++w) total += red[w][i];
-      const float inv = rsqrtf(total / static_cast<float>(K) + eps);
-      float* dst = xs + i * PK;
-      // Each thread rescales exactly the elements it stored above.
-      auto scale = [&](int64_t j, const float4& w) {
-        float4* p = reinterpret_cast<float4*>(dst + pad_idx(4 * j));
-        float4 v = *p;
-        v.x = v.x * inv * w.x;
-        v.y = v.y * inv * w.y;
-        v.z = v.z * inv * w.z;
-        v.w = v.w * inv * w.w;
-        *p = v;
-      };
-#pragma unroll
-      for (int k = 0; k < kNormVec; ++k) {
-        const int64_t j = threadIdx.x + k * bd;
-        if (j < n4) scale(j, pf.v[k]);
-      }
-      for (int64_t j = threadIdx.x + kNormVec * bd; j < n4; j += bd) {
-        scale(j, __ldg(reinterpret_cast<const float4*>(norm) + j));
-      }
     }
   }
   __syncthreads();

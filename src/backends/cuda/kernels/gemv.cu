@@ -361,7 +361,7 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
                                const float* logits, const float* bias, const MoeRouting& r,
                                int32_t* ids, float* weights, const LinearRef& gate,
                                const LinearRef& up, cudaStream_t s, const GemvNorm& norm,
-                               int32_t* pick_ready) {
+                               int32_t* pick_ready, const float* x_inv) {
   check_weight(gate);
   check_weight(up);
   check_x(x, x_stride);
@@ -374,10 +374,13 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
                   logits != nullptr && ids != nullptr && weights != nullptr,
               "gemv_gated_routed_experts: top_k {} of {} experts, {} slots", r.top_k, r.num_experts,
               slots);
+  FLINT_CHECK(x_inv == nullptr || norm.weight == nullptr,
+              "gemv_gated_routed_experts: rows normed twice (a norm weight and x_inv)");
   if (num_tokens == 0 || gate.out == 0) return;
   GemvArgs a{gate,        up,       x,    x_stride, nullptr,
              norm.weight, norm.eps, act,  gate.out, num_tokens * slots,
              slots,       nullptr,  false};
+  a.x_inv = x_inv;
   a.fixed_from = r.top_k;
   a.fixed_id0 = r.num_experts;
   a.route_logits = logits;

@@ -43,6 +43,10 @@ struct GemvArgs {
   // Not null: each pair's block x == 0 adds 1 here once its pick is in ids_out / w_out, so that
   // moe_down can read the picks before its PDL wait (moe_down's `ready`).
   int32_t* pick_ready = nullptr;
+  // Expert mode without `norm` only: x's rows are already times their norm weight (x_out of
+  // moe_route_logits) and x_inv[token] is their 1 / rms, applied to the dot products at the end,
+  // as with `norm`; null: the rows are used as they are.
+  const float* x_inv = nullptr;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
@@ -213,6 +217,16 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   ktrace_mark(kKtWaitBegin);
   pdl_wait();
   ktrace_mark(kKtWaitEnd);
+  // The token's 1 / rms for rows normed by an earlier kernel (x_inv), used at the end: copied
+  // into shared memory asynchronously (no register held across the kernel), waited for before the
+  // barrier that precedes the dot products.
+  __shared__ float s_xinv;
+  const bool xinv = expert && args.x_inv != nullptr;
+  if (xinv && threadIdx.x == 0) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\ncp.async.commit_group;\n" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(&s_xinv))),
+                 "l"(args.x_inv + g / args.pairs_per_token));
+  }
   int64_t xrow[NB];
   int nb;
   int64_t y_row0;
@@ -258,6 +272,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
       if (i < nb) xrow[i] = args.x_rows != nullptr ? args.x_rows[y_row0 + i] : y_row0 + i;
     }
   }
+  if (xinv && threadIdx.x == 0) asm volatile("cp.async.wait_all;\n" ::: "memory");
   if (early) {  // the top-k is done with xs (pick_expert's barrier)
 #pragma unroll
     for (int k = 0; k < kNormVec; ++k) {
@@ -266,7 +281,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
     }
     __syncthreads();
   } else if (!staged) {
-    stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf, args.eps);
+    stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf);
   }
   ktrace_mark(kKtMarkB);
   float acc_a[R][NB], acc_b[R][NB];
@@ -307,6 +322,13 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
       }
     }
   }
+  // The staged rows' 1 / rms (stage_rows applied only the norm weight), or x_inv's.
+  float inv[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    inv[i] = args.norm != nullptr && i < nb ? staged_inv<NB, kGemvWarps * kSplit>(i, K, args.eps)
+                                            : (xinv ? s_xinv : 1.0f);
+  }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r0 + r >= out) continue;
@@ -314,10 +336,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
     const float sb = kGated ? row_scale(args.b, row[r]) : 1.0f;
 #pragma unroll
     for (int i = 0; i < NB; ++i) {
-      const float va = (kSplit == 1 ? warp_sum(acc_a[r][i]) : acc_a[r][i]) * sa;
+      const float va = (kSplit == 1 ? warp_sum(acc_a[r][i]) : acc_a[r][i]) * sa * inv[i];
       float v = va;
       if constexpr (kGated) {
-        v = silu(va) * ((kSplit == 1 ? warp_sum(acc_b[r][i]) : acc_b[r][i]) * sb);
+        v = silu(va) * ((kSplit == 1 ? warp_sum(acc_b[r][i]) : acc_b[r][i]) * sb * inv[i]);
       }
       if (lane == i && i < nb) {
         float* yp = args.y + (y_row0 + i) * args.y_stride + r0 + r;

@@ -28,11 +28,13 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
 // the kernel: each block picks its token's experts from the router logits [num_tokens, E] (+ bias,
 // as moe_route picks them; the shared slices are the last slots), so the router before it is a
 // plain GEMV (moe_route_logits). ids/weights: [num_tokens, slots], written for moe_down.
-// x: the input rows (normed on the way with `norm`, as gemv_gated_experts).
+// x: the input rows (normed on the way with `norm`, as gemv_gated_experts), or, with x_inv and
+// no norm, rows already times their norm weight whose 1 / rms is x_inv[token] (moe_route_logits'
+// x_out and x_inv_out).
 void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int num_tokens,
                                const float* logits, const float* bias, const MoeRouting& r,
                                int32_t* ids, float* weights, const LinearRef& gate,
                                const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {},
-                               int32_t* pick_ready = nullptr);
+                               int32_t* pick_ready = nullptr, const float* x_inv = nullptr);
 
 }  // namespace flint::cuda

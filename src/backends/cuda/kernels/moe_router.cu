@@ -22,9 +22,11 @@ struct RouteArgs {
   int32_t* counter;  // null: the logits only (moe_route_logits)
   MoeRouting r;
   int router_blocks_x = 0;  // > 0: blocks x >= this of the launch do other work (not counted)
-  // Not null (moe_route_kernel): the blocks x == 0 also write their staged, normed rows here
-  // ([num_rows, in], unpadded), so that the gate/up kernel reads them instead of normalising again.
+  // Not null (moe_route_kernel): the blocks x == 0 also write their staged rows (times the norm
+  // weight) here ([num_rows, in], unpadded), so that the gate/up kernel reads them instead of
+  // normalising again.
   float* x_out = nullptr;
+  float* x_inv_out = nullptr;  // with x_out: the rows' 1 / rms (1 without a norm weight)
 };
 
 // Top-k of token t by one warp into the launch's ids/weights; scratch: [2E] floats.
@@ -58,15 +60,16 @@ __device__ void route_tail(const RouteArgs& a, float* smem) {
 }
 
 template <DType W, int NB, int UX>
-__global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs a) {
+__global__ void __launch_bounds__(dev::kGemvThreads, 1) moe_route_kernel(RouteArgs a) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   dev::ktrace_begin(KTag::kRouter);
   dev::pdl_launch_dependents();
   dev::gemv_block<W, NB, false, kR, UX>(a.g, smem);
   if (a.x_out != nullptr && blockIdx.x == 0) {
-    // The rows gemv_block staged (and normed) for this block's group stay in smem: written here,
-    // not in gemv_block, whose other kernels' registers the code would cost.
+    // The rows gemv_block staged (times the norm weight) for this block's group stay in smem:
+    // written here with their 1 / rms, not in gemv_block, whose other kernels' registers the code
+    // would cost.
     const int64_t K = a.g.a.in, PK = dev::padded_len(K);
     const int row0 = static_cast<int>(blockIdx.y) * NB;
     const int nb = min(NB, a.g.num_rows - row0);
@@ -74,6 +77,10 @@ __global__ void __launch_bounds__(dev::kGemvThreads) moe_route_kernel(RouteArgs 
       float4* dst = reinterpret_cast<float4*>(a.x_out + (row0 + i) * K);
       for (int64_t j = threadIdx.x; j < K / 4; j += blockDim.x) {
         dst[j] = *reinterpret_cast<const float4*>(smem + i * PK + dev::pad_idx(4 * j));
+      }
+      if (threadIdx.x == 0) {
+        a.x_inv_out[row0 + i] =
+            a.g.norm != nullptr ? dev::staged_inv<NB, dev::kGemvWarps>(i, K, a.g.eps) : 1.0f;
       }
     }
   }
@@ -333,7 +340,7 @@ bool moe_route_shared(int32_t* ids, float* weights, const float* x, int64_t x_st
 
 void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
                       const LinearRef& router, const GemvNorm& norm, const MoeRouting& r,
-                      cudaStream_t s, float* x_out) {
+                      cudaStream_t s, float* x_out, float* x_inv_out) {
   static_assert(kRouteNormedMaxRows <= kRouteMmaMinRows, "x_out: the CUDA-core router only");
   FLINT_CHECK(x_out == nullptr || num_tokens < kRouteNormedMaxRows,
               "moe_route_logits: normed rows of {} tokens (fewer than {})", num_tokens,
@@ -344,8 +351,11 @@ void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_t
                     reinterpret_cast<uintptr_t>(x_out) % 16 == 0,
                 "moe_route_logits: the normed rows overlap x or are unaligned");
   }
+  FLINT_CHECK((x_out == nullptr) == (x_inv_out == nullptr),
+              "moe_route_logits: normed rows and their scales go together");
   RouteArgs a = route_args(x, x_stride, num_tokens, router, norm, logits, r);
   a.x_out = x_out;
+  a.x_inv_out = x_inv_out;
   dispatch(a, s);
 }
 

@@ -63,11 +63,14 @@ bool moe_route_shared(int32_t* ids, float* weights, const float* x, int64_t x_st
                       const MoeSharedGateUp& shared, cudaStream_t s);
 
 // The router GEMV alone, for gemv_gated_routed_experts (moe_experts.h), which does the top-k:
-// logits[t] = router . norm(x[t]), bit for bit the logits moe_route computes. x_out (not null,
-// fewer than kRouteNormedMaxRows tokens): also norm(x[t]), [num_tokens, router.in].
+// logits[t] = router . norm(x[t]), bit for bit the logits moe_route computes. x_out and x_inv_out
+// (both or neither; fewer than kRouteNormedMaxRows tokens): also x[t] times the norm weight,
+// [num_tokens, router.in], and its 1 / sqrt(mean(x[t]^2) + eps), [num_tokens] (1 without a norm
+// weight): norm(x[t]) = x_out[t] * x_inv_out[t], kept apart so that the gate/up kernel applies
+// the scale where it would had it normed x itself (bit for bit the same act rows).
 inline constexpr int kRouteNormedMaxRows = 4;
 void moe_route_logits(float* logits, const float* x, int64_t x_stride, int num_tokens,
                       const LinearRef& router, const GemvNorm& norm, const MoeRouting& r,
-                      cudaStream_t s, float* x_out = nullptr);
+                      cudaStream_t s, float* x_out = nullptr, float* x_inv_out = nullptr);
 
 }  // namespace flint::cuda
