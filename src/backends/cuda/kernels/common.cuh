@@ -348,7 +348,7 @@ __device__ __forceinline__ float (&stage_red())[32][NB] {
 // 1 / sqrt(mean(x^2) + eps) of staged row i (stage_rows with a norm weight, after its barrier,
 // in a block of kW warps): the kW partial sums loaded together and added as a tree, the same
 // order in every thread of the block. A loop over the warps' sums (one dependent shared load and
-// add at a time) put 0.2-0.8 us on the end of each GEMV that uses it (scripts/gpu.sh ktrace).
+// add at a time) put 0.2-0.9 us on the end of each GEMV that uses it (scripts/gpu.sh ktrace).
 template <int NB, int kW>
 __device__ __forceinline__ float staged_inv(int i, int64_t K, float eps) {
   static_assert(kW >= 1 && kW <= 32, "staged_inv: 1-32 warps");
