@@ -149,12 +149,36 @@ TEST(MoeRoute, NormedRowsOutsideTheirContractStop) {
   EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, x_out.data(),
                                 nullptr),
                "normed rows and their scales go together");
+  EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr, nullptr,
+                                x_inv.data()),
+               "normed rows and their scales go together");
   EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr,
                                 x.data() + d / 2, x_inv.data()),
                "overlap x or are unaligned");
   EXPECT_DEATH(moe_route_logits(logits.data(), x.data(), d, 2, router, {}, r, nullptr,
                                 x_out.data() + 1, x_inv.data()),
                "overlap x or are unaligned");
+}
+
+// The routed gate/up normalises its rows either itself (a norm weight) or with the router's
+// 1 / rms (x_inv), never both: a caller passing both is stopped before any launch.
+TEST(MoeExperts, RowsNormedTwiceStop) {
+  const int64_t d = 64, ff = 32, E = 16;
+  std::vector<float> w(E * ff * d), x(2 * d), act(2 * 2 * ff), logits(2 * E), wts(4), g(d);
+  std::vector<float> x_inv(2, 1.0f);
+  std::vector<int32_t> ids(4);
+  LinearRef gate;
+  gate.dtype = DType::kF32;
+  gate.out = ff;
+  gate.in = d;
+  gate.num_experts = E;
+  gate.w = w.data();
+  const LinearRef up = gate;
+  const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
+  EXPECT_DEATH(gemv_gated_routed_experts(act.data(), x.data(), d, 2, logits.data(), nullptr, r,
+                                         ids.data(), wts.data(), gate, up, nullptr,
+                                         GemvNorm{g.data(), 1e-6f}, nullptr, x_inv.data()),
+               "rows normed twice");
 }
 
 TEST(MoeExperts, BlockMatchesCpuMoe) {
