@@ -198,9 +198,9 @@ class CudaForward {
   float *ws_h_ = nullptr, *ws_a_ = nullptr, *ws_qkv_ = nullptr, *ws_q_ = nullptr,
         *ws_attn_ = nullptr, *ws_act_ = nullptr, *ws_rlogits_ = nullptr, *ws_rw_ = nullptr,
         *ws_attn_part_ = nullptr, *ws_logits_ = nullptr, *ws_alog_ = nullptr, *ws_kstep_ = nullptr,
-        *ws_vstep_ = nullptr,     // bf16 [num_tokens, Hkv, D] each
-            *ws_xinv_ = nullptr;  // [num_tokens] 1 / rms of the router's normed rows (ws_a_)
-  DeviceBuffer attn_counters_;    // int32 [cap_tokens_, Hkv], zero between launches
+        *ws_vstep_ = nullptr;   // bf16 [num_tokens, Hkv, D] each
+  float* ws_xinv_ = nullptr;    // [num_tokens] 1 / rms of the router's normed rows (ws_a_)
+  DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
   int num_sms_ = 1;
   // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and
   // waits only for the copies out of the same half two steps ago (staged_[half]).

@@ -379,13 +379,11 @@ __device__ __forceinline__ void stage_rows(float* xs, int64_t PK, const float* x
   const int64_t n4 = K / 4, bd = blockDim.x;
   const bool normed = norm != nullptr;
   float ss[NB];
-  auto times = [&](float4 v, const float4& w) {
-    if (normed) {
-      v.x *= w.x;
-      v.y *= w.y;
-      v.z *= w.z;
-      v.w *= w.w;
-    }
+  auto times = [](float4 v, const float4& w) {
+    v.x *= w.x;
+    v.y *= w.y;
+    v.z *= w.z;
+    v.w *= w.w;
     return v;
   };
 #pragma unroll
@@ -404,15 +402,14 @@ __device__ __forceinline__ void stage_rows(float* xs, int64_t PK, const float* x
     for (int k = 0; k < kNormVec; ++k) {
       const int64_t j = threadIdx.x + k * bd;
       if (j < n4) {
-        *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = times(v[k], pf.v[k]);
+        *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = normed ? times(v[k], pf.v[k]) : v[k];
         ss[i] += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
       }
     }
     for (int64_t j = threadIdx.x + kNormVec * bd; j < n4; j += bd) {
       const float4 u = src[j];
-      const float4 w =
-          normed ? __ldg(reinterpret_cast<const float4*>(norm) + j) : make_float4(1, 1, 1, 1);
-      *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) = times(u, w);
+      *reinterpret_cast<float4*>(dst + pad_idx(4 * j)) =
+          normed ? times(u, __ldg(reinterpret_cast<const float4*>(norm) + j)) : u;
       ss[i] += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w;
     }
   }
