@@ -226,11 +226,52 @@ bool try_wave(const GemvArgs& a, cudaStream_t s) {
   return true;
 }
 
+// Blocks of gemv_kernel<W, 1, false, R> resident at once with up to kOneRowSmemCap bytes of staged
+// row each. Device attributes only (safe while a graph is captured), read once.
+constexpr size_t kOneRowSmemCap = 48 * 1024;
+template <DType W, int R>
+int64_t resident_one_row() {
+  static const int64_t resident = [] {
+    int per_sm = 0;
+    FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, gemv_kernel<W, 1, false, R>, dev::kGemvThreads, kOneRowSmemCap));
+    return int64_t(per_sm) * device_sm_count();
+  }();
+  return resident;
+}
+
+// A one-row NVFP4 dense GEMV whose one-row-a-warp grid needs a second wave of blocks while two
+// rows a warp fit in one (the qkv projection: 640 blocks of 8 rows against 528 resident, 320
+// of 16 rows against 396) runs with two rows a warp. Every block then requests all its weights
+// before the PDL wait; the second wave's blocks requested theirs only once a slot was free, after
+// the wait, and the next kernel waited for them (--ktrace: the qkv's hand-off 3.93 us against
+// the o projection's 1.04). H200, ms per step (scripts/gpu.sh sweep, three rounds, one build):
+// NVFP4 b1 1K 1.888 -> 1.841, 100K 2.620 -> 2.571; b2 (two rows a warp and two activation
+// rows, 102 registers, two blocks per SM) lost, 2.727 -> 2.830, and so did BF16 b1 instead of
+// the wave kernel, 2.319 -> 2.387.
+template <DType W>
+bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
+  if (a.expert_ids != nullptr || a.num_rows != 1 ||
+      dev::padded_len(a.a.in) * sizeof(float) > kOneRowSmemCap) {
+    return false;
+  }
+  const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
+  if (blocks <= resident_one_row<W, 1>() ||
+      ceil_div(a.a.out, 2 * dev::kGemvWarps) > resident_one_row<W, 2>()) {
+    return false;
+  }
+  launch_r<W, 1, false, 2>(a, groups, s);
+  return true;
+}
+
 // One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
   if constexpr (NB == 1 && !kGated && W == DType::kBF16) {
     if (try_wave<W>(a, s) || try_split<W>(a, s)) return;
+  }
+  if constexpr (NB == 1 && !kGated && W == DType::kNVFP4) {
+    if (try_two_rows<W>(a, groups, s)) return;
   }
   // NVFP4 experts' gate/up of 3+ tokens: two rows per warp (80 registers, three blocks per SM), so
   // half as many blocks each stage the token's normed row; the sums are the same. H200, ms per
