@@ -26,6 +26,10 @@ class DeviceArray {
   explicit DeviceArray(size_t n) : buf_(must_allocate(n * sizeof(T) + 16)), n_(n) {}
   explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
     FLINT_CUDA_CHECK(cudaMemcpy(buf_.data(), host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+    // A pageable copy may return before its DMA has landed; kernels on a non-blocking stream
+    // would not wait for it (DecodeAttention.FusedMatchesSeparateKernels failed 6-9 times in 15
+    // under four concurrent test processes, reading the early-dependents output's -5 fill).
+    FLINT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   T* get() const { return buf_.as<T>(); }
   std::vector<T> to_host() const {

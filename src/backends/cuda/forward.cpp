@@ -74,6 +74,10 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
     FLINT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
   FLINT_TRY(f->prepare_persistent());
+  // The KV cache's zero fill and the persistent kernel's tables went through the legacy stream
+  // (cudaMemset, a pageable cudaMemcpy: both may return before they land), which the step's
+  // non-blocking stream does not wait for.
+  FLINT_CUDA_CHECK(cudaDeviceSynchronize());
   return f;
 }
 
@@ -302,6 +306,9 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
     *segs[i] = f;
     f += (sizes[i] + 63) / 64 * 64;
   }
+  // The zeroed counters above were set on the legacy stream, which the step's non-blocking stream
+  // does not wait for.
+  FLINT_CUDA_CHECK(cudaDeviceSynchronize());
   return ok();
 }
 

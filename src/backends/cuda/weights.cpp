@@ -226,7 +226,9 @@ class WeightBuilder {
 
 Result<LinearRef> DeviceWeights::add_linear(const model::Linear& w, cudaStream_t s) {
   WeightBuilder b(*this, s);
-  return b.stack({whole(w)}, 1, "linear");
+  auto ref = b.stack({whole(w)}, 1, "linear");
+  FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // landed before any stream reads it (see upload)
+  return ref;
 }
 
 Status DeviceWeights::check_attention_shape(const model::FlintConfig& c) {
@@ -329,6 +331,10 @@ Result<DeviceWeights> DeviceWeights::upload(const model::FlintWeights& w, cudaSt
     dw.layers_.push_back(d);
   }
   (void)s;
+  // A cudaMemcpy from pageable memory may return before its DMA has landed, and the backend's
+  // stream is non-blocking (it does not wait for the legacy stream that copy used): wait for
+  // every upload here, before any kernel on that stream reads the weights.
+  FLINT_CUDA_CHECK(cudaDeviceSynchronize());
   return dw;
 }
 
