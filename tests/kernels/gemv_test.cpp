@@ -73,10 +73,9 @@ TEST(Gemv, OneRowLongerThanAPassMatchesCpuLinear) {
 
 // One row over more blocks of 8 output rows than an H200 holds at once (5123 rows: 641 blocks
 // against 528 resident, like the qkv projection), with and without the fused RMSNorm: the rows
-// past the first wave match cpu::linear like the others. BF16 computes them in blocks of the
-// first wave, on the row they staged (the wave kernel); NVFP4 gives each warp two rows (321
-// blocks, one wave), the last block's second rows partly past the end. Two activation rows keep
-// the plain grid and its second wave.
+// past the first wave match cpu::linear like the others. NVFP4 gives each warp two rows (321
+// blocks, one wave), the last block's second rows partly past the end; BF16, and two activation
+// rows, keep the plain grid and its second wave.
 TEST(Gemv, OneRowOverMoreThanAWaveOfBlocksMatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
   check_gemv(DType::kNVFP4, 1, 5123, 2048, 0.5f);

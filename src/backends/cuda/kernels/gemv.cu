@@ -41,24 +41,6 @@ __global__ void __launch_bounds__(2 * dev::kGemvThreads, 2) gemv_split_kernel(Ge
   dev::ktrace_end();
 }
 
-// One activation row, more rows than one wave of blocks holds (the qkv projection: 640 blocks of 8
-// rows, 528 resident on an H200): gridDim.x blocks, block b computes the blocks b, b + gridDim.x,
-// ... of the plain grid, the later ones on the row it staged for the first (no second wave of
-// blocks that each wait for a slot, stage and normalise the row again). Each row's sum is the
-// plain kernel's.
-template <DType W>
-__global__ void __launch_bounds__(dev::kGemvThreads, 4)
-    gemv_wave_kernel(GemvArgs args, int blocks) {
-  extern __shared__ float4 smem4[];
-  dev::ktrace_begin(KTag::kGemv);
-  dev::pdl_launch_dependents();
-  float* xs = reinterpret_cast<float*>(smem4);
-  for (int b = blockIdx.x; b < blocks; b += gridDim.x) {
-    dev::gemv_block<W, 1, false, 1>(args, xs, b, 0, b != static_cast<int>(blockIdx.x));
-  }
-  dev::ktrace_end();
-}
-
 // kGemvMmaMinRows+ activation rows on tensor cores (gemv_mma.cuh): 16 TM output rows x 8 token
 // rows per block; kGated: silu(gate) * up.
 template <DType W, int TM, bool kGated>
@@ -202,39 +184,25 @@ bool try_split(const GemvArgs& a, cudaStream_t s) {
   return true;
 }
 
-// The wave kernel serves a one-row BF16 dense GEMV of more blocks than fit at once
-// (gemv_wave_kernel). H200, ms per step (scripts/gpu.sh sweep, three rounds, sixteenth session,
-// plain / wave): BF16 b1 1K 2.478 / 2.455, 100K 3.168 / 3.148, b2 1K 3.698 / 3.686; NVFP4 the
-// same (1.976 / 1.976, 2.714 / 2.714), so it keeps the plain grid.
-template <DType W>
-bool try_wave(const GemvArgs& a, cudaStream_t s) {
-  if (a.expert_ids != nullptr || a.num_rows != 1) return false;
-  // Blocks resident at once with up to 48 KiB of staged rows each (the registers allow four per
-  // SM). Device attributes only (safe while a graph is captured), read once.
-  constexpr size_t kSmemCap = 48 * 1024;
-  const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
-  static const int resident = [] {
-    int per_sm = 0;
-    FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_wave_kernel<W>,
-                                                                   dev::kGemvThreads, kSmemCap));
-    return device_sm_count() * per_sm;
-  }();
-  const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
-  if (smem > kSmemCap || resident <= 0 || blocks <= resident) return false;
-  launch_pdl(gemv_wave_kernel<W>, dim3(static_cast<unsigned>(resident)), dim3(dev::kGemvThreads),
-             smem, s, a, static_cast<int>(blocks));
-  return true;
-}
-
-// Blocks of gemv_kernel<W, 1, false, R> resident at once with up to kOneRowSmemCap bytes of staged
-// row each. Device attributes only (safe while a graph is captured), read once.
+// Blocks of gemv_kernel<W, 1, false, R> resident at once on the device with up to
+// kOneRowSmemCap bytes of staged row each, read once. The kernel's dynamic shared memory limit is
+// raised to kMaxSmemBytes first: under the default 48 KiB, which counts the kernel's static shared
+// memory too, the query answers 0 blocks. (That 0 had kept the first form of try_two_rows off,
+// and since 8cc56fc gave the GEMV kernels static shared memory, the BF16 wave kernel too: it
+// looped 528 resident blocks over the qkv projection's 640. Measured again with the query fixed,
+// it made BF16 b1 1K slower, 2.321 -> 2.348 ms, and was removed.) Device attributes only (safe
+// while a graph is captured).
 constexpr size_t kOneRowSmemCap = 48 * 1024;
 template <DType W, int R>
 int64_t resident_one_row() {
   static const int64_t resident = [] {
+    const auto kernel = gemv_kernel<W, 1, false, R>;
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
     int per_sm = 0;
     FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, gemv_kernel<W, 1, false, R>, dev::kGemvThreads, kOneRowSmemCap));
+        &per_sm, kernel, dev::kGemvThreads, kOneRowSmemCap));
+    FLINT_CHECK(per_sm > 0, "gemv: no SM holds a one-row block of {} bytes", kOneRowSmemCap);
     return int64_t(per_sm) * device_sm_count();
   }();
   return resident;
@@ -246,9 +214,9 @@ int64_t resident_one_row() {
 // before the PDL wait; the second wave's blocks requested theirs only once a slot was free, after
 // the wait, and the next kernel waited for them (--ktrace: the qkv's hand-off 3.93 us against
 // the o projection's 1.04). H200, ms per step (scripts/gpu.sh sweep, three rounds, one build):
-// NVFP4 b1 1K 1.888 -> 1.841, 100K 2.620 -> 2.571; b2 (two rows a warp and two activation
-// rows, 102 registers, two blocks per SM) lost, 2.727 -> 2.830, and so did BF16 b1 instead of
-// the wave kernel, 2.319 -> 2.387.
+// NVFP4 b1 1K 1.888 -> 1.840, 100K 2.618 -> 2.568, b2 unchanged. Two activation rows as well
+// (102 registers, two blocks per SM) lost, b2 1K 2.727 -> 2.830, and so did BF16 b1, 2.319 ->
+// 2.387, so both keep the plain grid.
 template <DType W>
 bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
   if (a.expert_ids != nullptr || a.num_rows != 1 ||
@@ -268,7 +236,7 @@ bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
   if constexpr (NB == 1 && !kGated && W == DType::kBF16) {
-    if (try_wave<W>(a, s) || try_split<W>(a, s)) return;
+    if (try_split<W>(a, s)) return;
   }
   if constexpr (NB == 1 && !kGated && W == DType::kNVFP4) {
     if (try_two_rows<W>(a, groups, s)) return;

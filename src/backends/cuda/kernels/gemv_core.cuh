@@ -174,11 +174,8 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // (bx, by): the block's coordinates in this GEMV (blockIdx unless the launch runs other work too).
 // kSplit: warps per row (a block of kSplit * kGemvWarps warps, kGemvWarps x R rows); the kSplit
 // partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
-// staged (dense mode): xs already holds this block's activation rows, staged by an earlier call
-// for the same by (after the PDL wait); the block then has no barrier.
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
-__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by,
-                                           bool staged = false) {
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by) {
   using C = Chunk<W>;
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   static_assert(kSplit == 1 || (kSplit == 2 && kTopK == 0), "gemv_block: kSplit 2 is dense only");
@@ -202,7 +199,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   const bool fixed = expert && slot >= args.fixed_from;
   if (fixed && args.skip_fixed) return;  // another launch computed the shared slices
   NormPrefetch pf;
-  if (!staged) prefetch_norm(pf, args.norm, K);
+  prefetch_norm(pf, args.norm, K);
   int64_t e = fixed ? args.fixed_id0 + (slot - args.fixed_from) : 0;
   if (!expert || fixed) {
 #pragma unroll
@@ -238,7 +235,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
   float4 x_early[kNormVec];
   bool early = false;
   if constexpr (kTopK == 2 && NB == 1) {
-    early = !staged && args.norm == nullptr && K / 4 <= int64_t(kNormVec) * blockDim.x;
+    early = args.norm == nullptr && K / 4 <= int64_t(kNormVec) * blockDim.x;
     if (early) {
       const float4* src = reinterpret_cast<const float4*>(
           args.x + int64_t(g / args.pairs_per_token) * args.x_stride);
@@ -280,7 +277,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
       if (j < K / 4) *reinterpret_cast<float4*>(xs + pad_idx(4 * j)) = x_early[k];
     }
     __syncthreads();
-  } else if (!staged) {
+  } else {
     stage_rows<NB>(xs, PK, args.x, args.x_stride, xrow, nb, K, args.norm, pf);
   }
   ktrace_mark(kKtMarkB);
