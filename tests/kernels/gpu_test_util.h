@@ -27,8 +27,9 @@ class DeviceArray {
   explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
     FLINT_CUDA_CHECK(cudaMemcpy(buf_.data(), host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
     // A pageable copy may return before its DMA has landed; kernels on a non-blocking stream
-    // would not wait for it (DecodeAttention.FusedMatchesSeparateKernels failed 6-9 times in 15
-    // under four concurrent test processes, reading the early-dependents output's -5 fill).
+    // would not wait for it (DecodeAttention.FusedMatchesSeparateKernels, whose early-dependents
+    // case runs on such a stream, failed 6-9 checks in 15 repeats under four concurrent test
+    // processes, none alone; none with this wait).
     FLINT_CUDA_CHECK(cudaDeviceSynchronize());
   }
   T* get() const { return buf_.as<T>(); }

@@ -171,12 +171,12 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, by
 // the whole block, with the selection bias loaded before the PDL wait (E <= 256, top_k <=
 // kBlockTopKMax).
-// (bx, by): the block's coordinates in this GEMV (blockIdx unless the launch runs other work too).
 // kSplit: warps per row (a block of kSplit * kGemvWarps warps, kGemvWarps x R rows); the kSplit
 // partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
-__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int bx, int by) {
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   using C = Chunk<W>;
+  const int bx = static_cast<int>(blockIdx.x), by = static_cast<int>(blockIdx.y);
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   static_assert(kSplit == 1 || (kSplit == 2 && kTopK == 0), "gemv_block: kSplit 2 is dense only");
   const int lane = threadIdx.x & 31;
@@ -344,11 +344,6 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs, int 
       }
     }
   }
-}
-
-template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
-__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
-  gemv_block<W, NB, kGated, R, UX, kTopK, kSplit>(args, xs, blockIdx.x, blockIdx.y);
 }
 
 }  // namespace flint::cuda::dev
