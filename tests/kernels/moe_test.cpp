@@ -376,6 +376,118 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
   }
 }
 
+// The one-token o projection with the router's sums in its tail (gemv_route_partials), then the
+// routed gate/up reading those sums (route_acc), against gemv + moe_route_logits + the gate/up on
+// the router's logits: the updated residual row bit for bit (the same GEMV code), x_out its product
+// with the norm weight bit for bit, the sums within 1e-5 of double-precision host sums, the same
+// picks, weights and act rows within 1e-5 (the 1 / rms comes from differently ordered sums), and a
+// second launch's sums bit for bit equal to the first's. o weights F32, BF16 (one warp a row, and
+// the two-warp split kernel at 2048-wide rows) and NVFP4; routers F32 and BF16; E 13 and 256
+// (one thread an expert in a 256- or 512-thread block).
+TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
+  FLINT_REQUIRE_GPU();
+  struct Shape {
+    DType dt;
+    int64_t heads, head_dim, d, E, k;
+  };
+  for (auto [dt, heads, hd, d, E, k] :
+       {Shape{DType::kF32, 2, 64, 192, 13, 3}, Shape{DType::kBF16, 2, 64, 192, 13, 3},
+        Shape{DType::kBF16, 16, 128, 264, 256, 8}, Shape{DType::kNVFP4, 2, 64, 192, 13, 3},
+        Shape{DType::kNVFP4, 4, 64, 320, 256, 6}}) {
+    cpu::testing::TinyOptions o = thirteen_expert_layer(dt, d, hd, 41 + E);
+    o.num_heads = heads;
+    o.num_kv_heads = heads > 8 ? heads / 8 : 1;  // at most 8 query heads per KV head
+    o.num_experts = E;
+    o.num_experts_per_tok = k;
+    const auto m = cpu::testing::make_tiny_model(o);
+    const model::FlintConfig& c = m.weights.config;
+    const model::LayerWeights& lw = m.weights.layers[0];
+    auto dw = DeviceWeights::upload(m.weights, nullptr);
+    ASSERT_TRUE(dw.has_value()) << dw.error().message;
+    const DeviceLayer& L = dw->layers()[0];
+    const int slots = static_cast<int>(k) + dw->num_shared_slots();
+    const int64_t I = c.moe_intermediate_size, in = heads * hd;
+    const float eps = c.rms_norm_eps;
+    const MoeRouting r{static_cast<int>(E), static_cast<int>(k), dw->num_shared_slots(),
+                       c.norm_topk_prob, c.routed_scaling_factor};
+    // The router as the model has it (F32) and rounded to BF16; the host sums use its values.
+    const float* rf = lw.router.w.data<float>();
+    std::vector<uint8_t> rb(2 * E * d);
+    std::vector<float> rf16(E * d);
+    for (int64_t i = 0; i < E * d; ++i) {
+      const uint16_t h = f32_to_bf16(rf[i]);
+      std::memcpy(&rb[2 * i], &h, 2);
+      rf16[i] = bf16_to_f32(h);
+    }
+    DeviceWeights owner;
+    auto router16 = owner.add_linear(
+        model::Linear{ConstTensorView(rb.data(), DType::kBF16, {E, d}), 1.0f}, nullptr);
+    ASSERT_TRUE(router16.has_value());
+    const std::vector<float> norm_w(lw.ffn_norm.data<float>(), lw.ffn_norm.data<float>() + d);
+    for (bool bf16_router : {false, true}) {
+      SCOPED_TRACE(fmt::format("o={} heads={} d={} E={} router={}", dt, heads, d, E,
+                               bf16_router ? "bf16" : "f32"));
+      const LinearRef& router = bf16_router ? *router16 : L.router;
+      const float* rw_host = bf16_router ? rf16.data() : rf;
+      const auto h0 = random_floats(d, 61 + d, -2.0f, 2.0f);
+      DeviceArray<float> attn(random_floats(in, 62 + in, -1.0f, 1.0f));
+      // The reference: the o projection, then the router (its normed rows and 1 / rms) and the
+      // gate/up on its logits.
+      DeviceArray<float> h_ref(h0), logits(E), xn(d), xinv(1), act_ref(slots * I), w_ref(slots);
+      DeviceArray<int32_t> ids_ref(slots);
+      gemv(h_ref.get(), d, attn.get(), in, 1, L.o, true, nullptr);
+      moe_route_logits(logits.get(), h_ref.get(), d, 1, router, GemvNorm{L.ffn_norm, eps}, r,
+                       nullptr, xn.get(), xinv.get());
+      gemv_gated_routed_experts(act_ref.get(), xn.get(), d, 1, logits.get(), L.expert_bias, r,
+                                ids_ref.get(), w_ref.get(), L.exp_gate, L.exp_up, nullptr, {},
+                                nullptr, xinv.get());
+      // The fused path, twice from the same start.
+      std::vector<double> sums[2];
+      for (int rep = 0; rep < 2; ++rep) {
+        DeviceArray<float> h(h0), xo(d), act(slots * I), wts(slots);
+        DeviceArray<double> acc(std::vector<double>((E + 1) * kRouteAccStride, 0.0));
+        DeviceArray<int32_t> ids(std::vector<int32_t>(slots, -1));
+        ASSERT_TRUE(gemv_route_partials(h.get(), attn.get(), L.o, router, L.ffn_norm, xo.get(),
+                                        acc.get(), nullptr));
+        const auto y = h.to_host();
+        ASSERT_EQ(y, h_ref.to_host());
+        const auto xo_h = xo.to_host();
+        for (int64_t j = 0; j < d; ++j) ASSERT_EQ(xo_h[j], y[j] * norm_w[j]) << "row " << j;
+        sums[rep].clear();
+        const auto all = acc.to_host();
+        for (int64_t e = 0; e <= E; ++e) sums[rep].push_back(all[e * kRouteAccStride]);
+        double ss = 0.0;
+        for (int64_t j = 0; j < d; ++j) ss += double(y[j]) * y[j];
+        EXPECT_NEAR(sums[rep][E], ss, 1e-5 * ss);
+        for (int64_t e = 0; e < E; ++e) {
+          double want = 0.0, mag = 0.0;
+          for (int64_t j = 0; j < d; ++j) {
+            want += double(rw_host[e * d + j]) * xo_h[j];
+            mag += std::abs(double(rw_host[e * d + j]) * xo_h[j]);
+          }
+          EXPECT_NEAR(sums[rep][e], want, 1e-5 * mag) << "expert " << e;
+        }
+        gemv_gated_routed_experts(act.get(), xo.get(), d, 1, nullptr, L.expert_bias, r, ids.get(),
+                                  wts.get(), L.exp_gate, L.exp_up, nullptr, {}, nullptr, nullptr,
+                                  acc.get(), eps);
+        EXPECT_EQ(ids.to_host(), ids_ref.to_host());
+        EXPECT_LE(testing::worst_ratio(wts.to_host(), w_ref.to_host(), 1e-6, 1e-5), 1.0);
+        const auto want_act = act_ref.to_host();
+        EXPECT_LE(testing::worst_ratio(act.to_host(), want_act, 1e-6, 1e-5), 1.0);
+        EXPECT_TRUE(std::any_of(want_act.begin(), want_act.end(), [](float v) { return v != 0; }));
+      }
+      EXPECT_EQ(sums[1], sums[0]);
+    }
+    // What it does not serve it declines, launching nothing: the caller runs gemv and the router.
+    DeviceArray<float> h(d), xo(d), attn(in);
+    DeviceArray<double> acc((E + 1) * kRouteAccStride);
+    EXPECT_FALSE(gemv_route_partials(h.get(), attn.get(), L.o, L.router, nullptr, xo.get(),
+                                     acc.get(), nullptr));
+    EXPECT_FALSE(gemv_route_partials(h.get(), attn.get(), L.o, L.exp_gate, L.ffn_norm, xo.get(),
+                                     acc.get(), nullptr));  // a stack, not a router
+  }
+}
+
 // The gate/up kernel's whole-block top-k (top_k_token_block: every warp its own best, then warp
 // 0 over the candidates) against cpu::route on the same logits (through an identity router):
 // the same ids, weights within 2e-6; and against the router's one-warp top-k (moe_router): ids

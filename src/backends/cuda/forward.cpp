@@ -244,8 +244,7 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
                                {&d_qsl_, cap_seqs_ + 1},
                                {&d_seq_lens_, cap_seqs_},
                                {&d_ids_, L * T * slots_},
-                               {&d_route_counter_, 1},
-                               {&d_pick_ready_, L}};
+                               {&d_route_counter_, 1}};
   constexpr size_t kHostStaged = 9;
   int64_t meta = 0, staged = 0;
   for (size_t k = 0; k < std::size(meta_segs); ++k) {
@@ -264,6 +263,14 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   }
   // moe_route's block counter: zero between launches.
   FLINT_CUDA_CHECK(cudaMemset(d_route_counter_, 0, sizeof(int32_t)));
+  if (route_state_.data() == nullptr) {
+    const int64_t acc = L * (std::max<int64_t>(c.num_experts, 0) + 1) * kRouteAccStride;
+    auto rs = DeviceBuffer::allocate(acc * int64_t(sizeof(double)) + L * int64_t(sizeof(int32_t)));
+    if (!rs) return rs.error().with_context("allocating the routing sums");
+    route_state_ = std::move(rs).value();
+    d_route_acc_ = route_state_.as<double>();
+    d_pick_ready_ = reinterpret_cast<int32_t*>(d_route_acc_ + acc);
+  }
   if (pinned_ != nullptr) cudaFreeHost(pinned_);
   if (pinned_back_ != nullptr) cudaFreeHost(pinned_back_);
   pinned_elems_ = static_cast<size_t>(staged);
@@ -475,8 +482,7 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     count_picks |= !c.layer_is_dense[l] && T <= routed_max(w_.layers()[l]);
   }
   if (count_picks) {
-    FLINT_CUDA_CHECK(
-        cudaMemsetAsync(d_pick_ready_, 0, size_t(c.num_hidden_layers) * sizeof(int32_t), s));
+    FLINT_CUDA_CHECK(cudaMemsetAsync(route_state_.data(), 0, route_state_.size(), s));
   }
   embedding(ws_h_, w_.embed(), w_.embed_dtype(), d_tokens_, T, d, s);
   mark("embedding");
@@ -521,7 +527,20 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
                      static_cast<int>(D), sliding, s);
       mark("kv_cache_write");
     }
-    if (run(kOpO)) gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
+    // One token on a routed layer: the router's sums in the o projection's tail, no router
+    // launch (gemv_route_partials; the sums are zeroed with the pick counters above). H200, ms per
+    // step (scripts/gpu.sh sweep, three rounds, twenty-second session), router kernel / this:
+    // NVFP4 b1 1K 1.855 / 1.844, 100K 2.580 / 2.550; BF16 b1 1K 2.306 / 2.296, 100K 3.007 / 2.991.
+    double* route_acc = d_route_acc_ + l * (c.num_experts + 1) * kRouteAccStride;
+    bool routed_in_o = false;
+    if (run(kOpO)) {
+      if (T == 1 && !c.layer_is_dense[l] && !L.has_separate_shared && run(kOpRouter) &&
+          run(kOpGateUp) && routed_top_k_in_block(routing)) {
+        routed_in_o =
+            gemv_route_partials(ws_h_, ws_attn_, L.o, L.router, L.ffn_norm, ws_a_, route_acc, s);
+      }
+      if (!routed_in_o) gemv(ws_h_, d, ws_attn_, H * D, T, L.o, true, s);
+    }
     mark("o_proj");
     const GemvNorm ffn_norm{L.ffn_norm, eps};
     if (c.layer_is_dense[l]) {
@@ -554,15 +573,21 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
         float* xinv = xn != nullptr ? ws_xinv_ : nullptr;
         const float* gx = xn != nullptr ? xn : x;
         const GemvNorm gnorm = xn != nullptr ? GemvNorm{} : norm;
-        if (run(kOpRouter)) {
+        if (run(kOpRouter) && !routed_in_o) {
           moe_route_logits(ws_rlogits_, x, d, T, L.router, norm, routing, s, xn, xinv);
         }
         mark("moe_router");
         if (run(kOpGateUp)) {
           // Counted picks only when moe_down runs after this launch (it waits for the count).
           if (run(kOpDown)) pick_ready = d_pick_ready_ + l;
-          gemv_gated_routed_experts(ws_act_, gx, d, T, ws_rlogits_, L.expert_bias, routing, ids,
-                                    ws_rw_, L.exp_gate, L.exp_up, s, gnorm, pick_ready, xinv);
+          if (routed_in_o) {
+            gemv_gated_routed_experts(ws_act_, ws_a_, d, T, nullptr, L.expert_bias, routing, ids,
+                                      ws_rw_, L.exp_gate, L.exp_up, s, {}, pick_ready, nullptr,
+                                      route_acc, eps);
+          } else {
+            gemv_gated_routed_experts(ws_act_, gx, d, T, ws_rlogits_, L.expert_bias, routing, ids,
+                                      ws_rw_, L.exp_gate, L.exp_up, s, gnorm, pick_ready, xinv);
+          }
         }
       } else {
         bool shared_done = false;

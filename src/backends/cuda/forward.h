@@ -193,8 +193,13 @@ class CudaForward {
   // Views into meta_ (int32) and work_ (f32).
   int32_t *d_tokens_ = nullptr, *d_pos_ = nullptr, *d_seq_ = nullptr, *d_slots_ = nullptr,
           *d_rings_ = nullptr, *d_table_ = nullptr, *d_logit_rows_ = nullptr, *d_ids_ = nullptr,
-          *d_qsl_ = nullptr, *d_seq_lens_ = nullptr, *d_route_counter_ = nullptr,
-          *d_pick_ready_ = nullptr;  // [num_hidden_layers]: the routed picks' counters
+          *d_qsl_ = nullptr, *d_seq_lens_ = nullptr, *d_route_counter_ = nullptr;
+  // Zeroed before each decode step that routes in the gate/up kernels: the one-token router sums
+  // of gemv_route_partials ([num_hidden_layers, num_experts + 1] doubles), then the routed picks'
+  // counters ([num_hidden_layers] int32).
+  DeviceBuffer route_state_;
+  double* d_route_acc_ = nullptr;
+  int32_t* d_pick_ready_ = nullptr;
   float *ws_h_ = nullptr, *ws_a_ = nullptr, *ws_qkv_ = nullptr, *ws_q_ = nullptr,
         *ws_attn_ = nullptr, *ws_act_ = nullptr, *ws_rlogits_ = nullptr, *ws_rw_ = nullptr,
         *ws_attn_part_ = nullptr, *ws_logits_ = nullptr, *ws_alog_ = nullptr, *ws_kstep_ = nullptr,

@@ -85,9 +85,7 @@ void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
   // 2.196 -> 2.115, 100K 2.952 -> 2.854; BF16 b1 1K 2.703 -> 2.590. The fallback for more
   // experts or picks is the other kernel: in this one its code cost registers (spills of 60
   // bytes where 8 were) and the whole gain.
-  if (a.route.num_experts <= 256 && a.route.top_k <= dev::kBlockTopKMax) {
-    return launch_routed_k<W, 2>(a, smem, s);
-  }
+  if (routed_top_k_in_block(a.route)) return launch_routed_k<W, 2>(a, smem, s);
   launch_routed_k<W, 1>(a, smem, s);
 }
 
@@ -232,6 +230,111 @@ bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
   return true;
 }
 
+// gemv_route_partials: the one-row GEMV of gemv_kernel (kSplit 1) or gemv_split_kernel (kSplit
+// 2), then the tail. The router's [E, 8] slice of the block's 8 rows (16 bytes an expert in BF16,
+// 32 in F32) and the 8 norm weights are copied to shared memory with cp.async before the PDL
+// wait. (A plain load of the norm weights there held the blocks before their wait: --ktrace, the
+// o kernel's time before its wait 1.33 -> 1.96 us and the sliding attention's hand-off to it 2.46
+// -> 2.95.) After the GEMV each thread of an expert adds the 8 products with the updated rows
+// (times the norm weight) in row order, thread 0 the rows' sum of squares, and each adds its sum
+// to acc with one double atomic. The partial sums of floats are exact in a double in practice, so
+// the order of the 256 blocks' atomics changes nothing. Each acc entry has a 128-byte line of its
+// own (kRouteAccStride): atomics on one line are serialised. H200, ms per step, NVFP4 b1 1K
+// (scripts/gpu.sh sweep, three rounds, one build each; docs/PERFORMANCE.md has the rest): entries
+// 8 bytes apart 1.936 against the router kernel's 1.853; a line an entry 1.839 / 1.839; 4 copies
+// of each entry in its line (block b adds to copy b % 4) 1.855 against 1.839 for one; the blocks
+// of a cluster of 8 first adding their sums through DSMEM, one atomic a cluster, 1.886 against
+// 1.855 (BF16 2.447 against 2.306); the landed form 1.844 against 1.855.
+constexpr int kRouteRows = dev::kGemvWarps;  // rows per block: one a warp
+struct RouteTail {
+  const void* w;  // router [E, ld] (F32 or BF16)
+  bool f32;
+  int E;
+  int64_t ld;
+  const float* norm;  // [ld]
+  float* x_out;       // [ld]
+  double* acc;        // [E + 1][kRouteAccStride]
+};
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src));
+}
+
+template <DType W, int kSplit>
+__global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2)
+    gemv_route_kernel(GemvArgs args, RouteTail rt) {
+  extern __shared__ float4 smem4[];
+  __shared__ __align__(16) uint4 s_w[kRouteTailMaxExperts * 2];
+  __shared__ __align__(16) float s_g[kRouteRows];
+  __shared__ float s_y[kRouteRows], s_x[kRouteRows];
+  dev::ktrace_begin(KTag::kGemv);
+  dev::pdl_launch_dependents();
+  const int64_t row0 = int64_t(blockIdx.x) * kRouteRows;
+  const int per = rt.f32 ? 2 : 1;  // 16-byte pieces of an expert's slice
+  const size_t es = rt.f32 ? 4 : 2;
+  for (int i = threadIdx.x; i < rt.E * per; i += blockDim.x) {
+    const int e = i / per, h = i % per;
+    cp_async16(&s_w[i], static_cast<const unsigned char*>(rt.w) + (e * rt.ld + row0) * es + h * 16);
+  }
+  if (threadIdx.x < kRouteRows / 4)
+    cp_async16(&s_g[4 * threadIdx.x], rt.norm + row0 + 4 * threadIdx.x);
+  asm volatile("cp.async.commit_group;\n" ::);
+  dev::gemv_block<W, 1, false, 1, 1, 0, kSplit>(args, reinterpret_cast<float*>(smem4), s_y);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x < kRouteRows) {
+    const float x = s_y[threadIdx.x] * s_g[threadIdx.x];
+    s_x[threadIdx.x] = x;
+    rt.x_out[row0 + threadIdx.x] = x;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < rt.E; e += blockDim.x) {
+    float w[kRouteRows];
+    if (rt.f32) {
+      const float4 a = reinterpret_cast<const float4*>(s_w)[2 * e];
+      const float4 b = reinterpret_cast<const float4*>(s_w)[2 * e + 1];
+      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
+      w[7] = b.w;
+    } else {
+      const uint4 q = s_w[e];
+      const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[2 * j] = __uint_as_float(u[j] << 16);
+        w[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+      }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRouteRows; ++i) sum += w[i] * s_x[i];
+    atomicAdd(rt.acc + int64_t(e) * kRouteAccStride, static_cast<double>(sum));
+  }
+  if (threadIdx.x == 0) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRouteRows; ++i) ss += s_y[i] * s_y[i];
+    atomicAdd(rt.acc + int64_t(rt.E) * kRouteAccStride, static_cast<double>(ss));
+  }
+  dev::ktrace_end();
+}
+
+template <DType W, int kSplit>
+void launch_route(const GemvArgs& a, const RouteTail& rt, cudaStream_t s) {
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_route_kernel<W, kSplit>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
+  launch_pdl(gemv_route_kernel<W, kSplit>,
+             dim3(static_cast<unsigned>(ceil_div(a.a.out, int64_t(kRouteRows)))),
+             dim3(kSplit * dev::kGemvThreads), smem, s, a, rt);
+}
+
 // One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
 template <DType W, int NB, bool kGated>
 void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
@@ -314,6 +417,10 @@ int nb_for(int n, int64_t in) {
 
 }  // namespace
 
+bool routed_top_k_in_block(const MoeRouting& r) {
+  return r.num_experts <= 256 && r.top_k <= dev::kBlockTopKMax;
+}
+
 void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_rows,
           const LinearRef& w, bool accumulate, cudaStream_t s, const GemvNorm& norm,
           const int32_t* x_rows) {
@@ -325,6 +432,44 @@ void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_
   if (try_mma<false>(a, s)) return;
   const int nb = nb_for(num_rows, w.in);
   launch<false>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);
+}
+
+bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const LinearRef& router,
+                         const float* norm, float* x_out, double* acc, cudaStream_t s) {
+  if (w.num_experts != 1 || router.num_experts != 1 || router.in != w.out ||
+      w.out % kRouteRows != 0 || router.out < 1 || router.out > kRouteTailMaxExperts ||
+      (router.dtype != DType::kF32 && router.dtype != DType::kBF16) || norm == nullptr ||
+      (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kNVFP4)) {
+    return false;
+  }
+  check_weight(w);
+  check_x(x, w.in);
+  FLINT_CHECK(router.w != nullptr && y != nullptr && x_out != nullptr && acc != nullptr,
+              "gemv_route_partials: null buffer");
+  GemvArgs a{w, {}, x, w.in, nullptr, nullptr, 0.0f, y, w.out, 1, 1, nullptr, true};
+  const RouteTail rt{
+      router.w, router.dtype == DType::kF32, static_cast<int>(router.out), w.out, norm, x_out, acc};
+  switch (w.dtype) {
+    case DType::kF32:
+      launch_route<DType::kF32, 1>(a, rt, s);
+      break;
+    case DType::kBF16: {
+      // The split kernel's conditions (try_split): the o projection's BF16 row in two warps.
+      constexpr int U = dev::gemv_unroll<DType::kBF16, false, 1>();
+      if (ceil_div(w.out, int64_t(kRouteRows)) <= 2 * int64_t(device_sm_count()) &&
+          w.in / dev::Chunk<DType::kBF16>::kElems > 32 * U) {
+        launch_route<DType::kBF16, 2>(a, rt, s);
+      } else {
+        launch_route<DType::kBF16, 1>(a, rt, s);
+      }
+      break;
+    }
+    default:
+      launch_route<DType::kNVFP4, 1>(a, rt, s);
+      break;
+  }
+  FLINT_CUDA_CHECK(cudaGetLastError());
+  return true;
 }
 
 void gemv_gated(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_rows,
@@ -370,7 +515,8 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
                                const float* logits, const float* bias, const MoeRouting& r,
                                int32_t* ids, float* weights, const LinearRef& gate,
                                const LinearRef& up, cudaStream_t s, const GemvNorm& norm,
-                               int32_t* pick_ready, const float* x_inv) {
+                               int32_t* pick_ready, const float* x_inv, const double* route_acc,
+                               float route_eps) {
   check_weight(gate);
   check_weight(up);
   check_x(x, x_stride);
@@ -379,17 +525,24 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
                   gate.num_experts == up.num_experts &&
                   gate.num_experts >= r.num_experts + r.num_shared_slots,
               "gemv_gated_routed_experts: gate/up mismatch");
-  FLINT_CHECK(r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts && slots <= 32 &&
-                  logits != nullptr && ids != nullptr && weights != nullptr,
-              "gemv_gated_routed_experts: top_k {} of {} experts, {} slots", r.top_k, r.num_experts,
-              slots);
+  FLINT_CHECK(
+      r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts && slots <= 32 &&
+          (logits != nullptr) != (route_acc != nullptr) && ids != nullptr && weights != nullptr,
+      "gemv_gated_routed_experts: top_k {} of {} experts, {} slots", r.top_k, r.num_experts, slots);
   FLINT_CHECK(x_inv == nullptr || norm.weight == nullptr,
               "gemv_gated_routed_experts: rows normed twice (a norm weight and x_inv)");
+  FLINT_CHECK(route_acc == nullptr ||
+                  (norm.weight == nullptr && x_inv == nullptr && routed_top_k_in_block(r)),
+              "gemv_gated_routed_experts: the route sums need pre-normed rows and the block top-k "
+              "(top_k {} of {} experts)",
+              r.top_k, r.num_experts);
   if (num_tokens == 0 || gate.out == 0) return;
   GemvArgs a{gate,        up,       x,    x_stride, nullptr,
              norm.weight, norm.eps, act,  gate.out, num_tokens * slots,
              slots,       nullptr,  false};
   a.x_inv = x_inv;
+  a.route_acc = route_acc;
+  if (route_acc != nullptr) a.eps = route_eps;
   a.fixed_from = r.top_k;
   a.fixed_id0 = r.num_experts;
   a.route_logits = logits;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/moe_topk.cuh"
 
 namespace flint::cuda::dev {
@@ -47,16 +48,23 @@ struct GemvArgs {
   // moe_route_logits) and x_inv[token] is their 1 / rms, applied to the dot products at the end,
   // as with `norm`; null: the rows are used as they are.
   const float* x_inv = nullptr;
+  // Expert mode with the whole-block top-k (kTopK 2), instead of route_logits and x_inv: the
+  // [num_tokens, E + 1] sums of gemv_route_partials (gemv.h; entries kRouteAccStride doubles
+  // apart): acc[e] is expert e's logit times the token's rms, acc[E] its row's sum of squares.
+  // x_inv is then 1 / sqrt(acc[E] / in + eps) (`eps`, with no `norm`) and logit e is acc[e] times
+  // it.
+  const double* route_acc = nullptr;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
 // slot: fixed_e, weight 1), recorded by block x == 0. Every thread of the block must call it.
 // kAhead (E <= 256, top_k <= kBlockTopKMax): the whole block picks (top_k_token_block), each
-// thread's selection bias of expert threadIdx.x loaded ahead in bias_one; otherwise warp 0 picks
-// (top_k_token, `scratch` its [2E] floats).
+// thread's selection bias and logit of expert threadIdx.x loaded ahead in bias_one and logit_one;
+// otherwise warp 0 picks (top_k_token, `scratch` its [2E] floats) from a.route_logits.
 template <bool kAhead>
 __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
-                                               int64_t fixed_e, float* scratch, float bias_one) {
+                                               int64_t fixed_e, float* scratch, float bias_one,
+                                               float logit_one) {
   __shared__ int32_t pick_ids[32];
   __shared__ float pick_w[32];
   const int E = a.route.num_experts, slot = g % a.pairs_per_token, t = g / a.pairs_per_token;
@@ -65,8 +73,7 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   static_assert(kGemvWarps * 32 >= 256, "top_k_token_block: a thread per expert (E <= 256)");
   if (!fixed) {
     if constexpr (kAhead) {
-      top_k_token_block<kGemvWarps>(a.route_logits + int64_t(t) * E, bias_one, a.route, scratch,
-                                    pick_ids, pick_w);
+      top_k_token_block<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w);
     } else if (threadIdx.x < 32) {
       top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
                   pick_w);
@@ -173,8 +180,11 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
 // kBlockTopKMax).
 // kSplit: warps per row (a block of kSplit * kGemvWarps warps, kGemvWarps x R rows); the kSplit
 // partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
+// y_new (NB 1, not null): each row's new y value (after `accumulate`) also goes to
+// y_new[warp * R + r], the block's rows in order (gemv_route_partials' tail reads them).
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
-__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
+__device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
+                                           float* y_new = nullptr) {
   using C = Chunk<W>;
   const int bx = static_cast<int>(blockIdx.x), by = static_cast<int>(blockIdx.y);
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
@@ -218,8 +228,8 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
   // into shared memory asynchronously (no register held across the kernel), waited for before the
   // barrier that precedes the dot products.
   __shared__ float s_xinv;
-  const bool xinv = expert && args.x_inv != nullptr;
-  if (xinv && threadIdx.x == 0) {
+  const bool xinv = expert && (args.x_inv != nullptr || args.route_acc != nullptr);
+  if (expert && args.x_inv != nullptr && threadIdx.x == 0) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\ncp.async.commit_group;\n" ::"r"(
                      static_cast<uint32_t>(__cvta_generic_to_shared(&s_xinv))),
                  "l"(args.x_inv + g / args.pairs_per_token));
@@ -246,9 +256,26 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
       }
     }
   }
+  // kTopK 2: thread e's logit, requested after the row (from the router's logits, or from
+  // gemv_route_partials' sums, which also give this token's 1 / rms).
+  float logit_one = 0.0f;
+  if constexpr (kTopK == 2) {
+    const int t = g / args.pairs_per_token, E = args.route.num_experts;
+    const bool mine = !fixed && int(threadIdx.x) < E;
+    if (args.route_acc != nullptr) {
+      const double* acc = args.route_acc + int64_t(t) * (E + 1) * kRouteAccStride;
+      const double ss = __ldcg(acc + int64_t(E) * kRouteAccStride);
+      const double ae = mine ? __ldcg(acc + int64_t(threadIdx.x) * kRouteAccStride) : 0.0;
+      const float inv = rsqrtf(static_cast<float>(ss) / static_cast<float>(K) + args.eps);
+      logit_one = static_cast<float>(ae) * inv;
+      if (threadIdx.x == 0) s_xinv = inv;  // read after the barriers below
+    } else if (mine) {
+      logit_one = __ldcg(args.route_logits + int64_t(t) * E + threadIdx.x);
+    }
+  }
   if (expert) {
     if constexpr (kTopK > 0) {
-      e = pick_expert<kTopK == 2>(args, g, fixed, e, xs, bias_one);  // xs: staged only below
+      e = pick_expert<kTopK == 2>(args, g, fixed, e, xs, bias_one, logit_one);  // xs: staged below
     }
     ktrace_mark(kKtMarkA);
     if (!fixed) {
@@ -340,7 +367,11 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs) {
       }
       if (lane == i && i < nb) {
         float* yp = args.y + (y_row0 + i) * args.y_stride + r0 + r;
-        *yp = args.accumulate ? *yp + v : v;
+        const float nv = args.accumulate ? *yp + v : v;
+        *yp = nv;
+        if constexpr (NB == 1) {
+          if (y_new != nullptr) y_new[warp * R + r] = nv;  // half 0: warp < kGemvWarps
+        }
       }
     }
   }

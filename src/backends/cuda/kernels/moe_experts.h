@@ -31,10 +31,18 @@ void moe_down(float* h, int64_t h_stride, const float* act, const int32_t* ids,
 // x: the input rows (normed on the way with `norm`, as gemv_gated_experts), or, with x_inv and
 // no norm, rows already times their norm weight whose 1 / rms is x_inv[token] (moe_route_logits'
 // x_out and x_inv_out).
+// route_acc (one token, when routed_top_k_in_block(r); then logits is null): the router's sums of
+// gemv_route_partials (gemv.h), [num_tokens, E + 1]; x is then its x_out (rows times their norm
+// weight) and the 1 / rms comes from the sums with route_eps.
 void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int num_tokens,
                                const float* logits, const float* bias, const MoeRouting& r,
                                int32_t* ids, float* weights, const LinearRef& gate,
                                const LinearRef& up, cudaStream_t s, const GemvNorm& norm = {},
-                               int32_t* pick_ready = nullptr, const float* x_inv = nullptr);
+                               int32_t* pick_ready = nullptr, const float* x_inv = nullptr,
+                               const double* route_acc = nullptr, float route_eps = 0.0f);
+
+// Whether gemv_gated_routed_experts picks with the whole block (E <= 256, top_k <= 8), the path
+// that can read gemv_route_partials' sums.
+bool routed_top_k_in_block(const MoeRouting& r);
 
 }  // namespace flint::cuda

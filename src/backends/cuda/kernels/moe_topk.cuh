@@ -174,17 +174,17 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
 // The top-k of one token by a whole block of kW warps, for E <= 32 kW experts and top_k <=
 // kBlockTopKMax: the same picks, scores and weights as top_k_token (the same order: key
 // descending, ties to the lower id; the picked scores summed in pick order), with a shorter
-// dependent chain. Thread i scores expert i (`bias`: expert i's selection bias, loaded ahead by
-// the caller, e.g. before a PDL wait); each warp retires its own top_k best of 32, one redux.sync
-// pair per pick; warp 0 picks the top_k best of those kW x top_k candidates. score: [E] floats of
-// shared memory; out_ids/out_w (shared or global) as top_k_token. Every thread of the block must
-// call it; it holds one __syncthreads, and out_ids/out_w are written by warp 0 only (the caller
-// synchronises before reading them from other warps).
+// dependent chain. Thread i scores expert i (`logit` and `bias`: expert i's router logit and
+// selection bias, loaded ahead by the caller, e.g. the bias before a PDL wait); each warp retires
+// its own top_k best of 32, one redux.sync pair per pick; warp 0 picks the top_k best of those kW x
+// top_k candidates. score: [E] floats of shared memory; out_ids/out_w (shared or global) as
+// top_k_token. Every thread of the block must call it; it holds one __syncthreads, and
+// out_ids/out_w are written by warp 0 only (the caller synchronises before reading them from other
+// warps).
 inline constexpr int kBlockTopKMax = 8;
 template <int kW>
-__device__ __forceinline__ void top_k_token_block(const float* logits, float bias,
-                                                  const MoeRouting& r, float* score,
-                                                  int32_t* out_ids, float* out_w) {
+__device__ __forceinline__ void top_k_token_block(float logit, float bias, const MoeRouting& r,
+                                                  float* score, int32_t* out_ids, float* out_w) {
   static_assert(kW * kBlockTopKMax <= 64, "two candidates per lane of warp 0");
   __shared__ uint32_t cand_key[kW * kBlockTopKMax];
   __shared__ int32_t cand_id[kW * kBlockTopKMax];
@@ -193,7 +193,7 @@ __device__ __forceinline__ void top_k_token_block(const float* logits, float bia
   // ordered_bits of a key is never 0 (NaN keys are -FLT_MAX): 0 marks "no expert".
   uint32_t key = 0;
   if (e < E) {
-    const float sc = sigmoid_score(__ldcg(logits + e));
+    const float sc = sigmoid_score(logit);
     score[e] = sc;
     key = ordered_bits(selection_key(sc, bias));
   }
