@@ -161,14 +161,16 @@ void launch_r(const GemvArgs& a, int groups, cudaStream_t s) {
 // base / split): BF16 b1 1K 2.466 / 2.431, 100K 3.148 / 3.109; NVFP4 (4 chunks a lane in two
 // passes, then one) lost, b1 1K 1.966 / 1.999, 100K 2.701 / 2.710, so it keeps one warp a row.
 template <DType W>
-bool try_split(const GemvArgs& a, cudaStream_t s) {
-  const int sms = device_sm_count();
+bool split_serves(const GemvArgs& a) {
   constexpr int U = dev::gemv_unroll<W, false, 1>();
+  return a.expert_ids == nullptr && a.num_rows == 1 &&
+         ceil_div(a.a.out, dev::kGemvWarps) <= 2 * int64_t(device_sm_count()) &&
+         a.a.in / dev::Chunk<W>::kElems > 32 * U;
+}
+template <DType W>
+bool try_split(const GemvArgs& a, cudaStream_t s) {
+  if (!split_serves<W>(a)) return false;
   const int64_t blocks = ceil_div(a.a.out, dev::kGemvWarps);
-  if (a.expert_ids != nullptr || a.num_rows != 1 || blocks > 2 * int64_t(sms) ||
-      a.a.in / dev::Chunk<W>::kElems <= 32 * U) {
-    return false;
-  }
   static const bool configured = [] {
     FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_split_kernel<W>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -258,12 +260,6 @@ struct RouteTail {
   double* acc;        // [E + 1][kRouteAccStride]
 };
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
-
 template <DType W, int kSplit>
 __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2)
     gemv_route_kernel(GemvArgs args, RouteTail rt) {
@@ -278,13 +274,14 @@ __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2
   const size_t es = rt.f32 ? 4 : 2;
   for (int i = threadIdx.x; i < rt.E * per; i += blockDim.x) {
     const int e = i / per, h = i % per;
-    cp_async16(&s_w[i], static_cast<const unsigned char*>(rt.w) + (e * rt.ld + row0) * es + h * 16);
+    dev::cp_async16(
+        &s_w[i], static_cast<const unsigned char*>(rt.w) + (e * rt.ld + row0) * es + h * 16, true);
   }
   if (threadIdx.x < kRouteRows / 4)
-    cp_async16(&s_g[4 * threadIdx.x], rt.norm + row0 + 4 * threadIdx.x);
-  asm volatile("cp.async.commit_group;\n" ::);
+    dev::cp_async16(&s_g[4 * threadIdx.x], rt.norm + row0 + 4 * threadIdx.x, true);
+  dev::cp_async_commit();
   dev::gemv_block<W, 1, false, 1, 1, 0, kSplit>(args, reinterpret_cast<float*>(smem4), s_y);
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  dev::cp_async_wait<0>();
   __syncthreads();
   if (threadIdx.x < kRouteRows) {
     const float x = s_y[threadIdx.x] * s_g[threadIdx.x];
@@ -455,17 +452,14 @@ bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const Lin
     case DType::kF32:
       launch_route<DType::kF32, 1>(a, rt, s);
       break;
-    case DType::kBF16: {
-      // The split kernel's conditions (try_split): the o projection's BF16 row in two warps.
-      constexpr int U = dev::gemv_unroll<DType::kBF16, false, 1>();
-      if (ceil_div(w.out, int64_t(kRouteRows)) <= 2 * int64_t(device_sm_count()) &&
-          w.in / dev::Chunk<DType::kBF16>::kElems > 32 * U) {
+    case DType::kBF16:
+      // The o projection's BF16 row in two warps, as gemv would run it (try_split).
+      if (split_serves<DType::kBF16>(a)) {
         launch_route<DType::kBF16, 2>(a, rt, s);
       } else {
         launch_route<DType::kBF16, 1>(a, rt, s);
       }
       break;
-    }
     default:
       launch_route<DType::kNVFP4, 1>(a, rt, s);
       break;
@@ -527,10 +521,13 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
                   gate.num_experts == up.num_experts &&
                   gate.num_experts >= r.num_experts + r.num_shared_slots,
               "gemv_gated_routed_experts: gate/up mismatch");
-  FLINT_CHECK(
-      r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts && slots <= 32 &&
-          (logits != nullptr) != (route_acc != nullptr) && ids != nullptr && weights != nullptr,
-      "gemv_gated_routed_experts: top_k {} of {} experts, {} slots", r.top_k, r.num_experts, slots);
+  FLINT_CHECK((logits != nullptr) != (route_acc != nullptr),
+              "gemv_gated_routed_experts: pass the router's logits or gemv_route_partials' sums, "
+              "exactly one");
+  FLINT_CHECK(r.num_experts > 0 && r.top_k > 0 && r.top_k <= r.num_experts && slots <= 32 &&
+                  ids != nullptr && weights != nullptr,
+              "gemv_gated_routed_experts: top_k {} of {} experts, {} slots", r.top_k, r.num_experts,
+              slots);
   FLINT_CHECK(x_inv == nullptr || norm.weight == nullptr,
               "gemv_gated_routed_experts: rows normed twice (a norm weight and x_inv)");
   FLINT_CHECK(route_acc == nullptr ||
