@@ -181,6 +181,49 @@ TEST(MoeExperts, RowsNormedTwiceStop) {
                "rows normed twice");
 }
 
+// The routed gate/up reads the router's logits or gemv_route_partials' sums, exactly one; the sums
+// only with pre-normed rows and the block top-k; gemv_route_partials stops on a missing buffer. A
+// caller breaking that is stopped with the reason before any launch (so no device is needed).
+TEST(MoeExperts, RouteSumsOutsideTheirContractStop) {
+  const int64_t d = 64, ff = 32, E = 16;
+  std::vector<float> w(E * ff * d), x(d), act(2 * ff), logits(E), wts(2), g(d), o(d * d), y(d);
+  std::vector<double> acc((E + 1) * kRouteAccStride);
+  std::vector<int32_t> ids(2);
+  LinearRef gate;
+  gate.dtype = DType::kF32;
+  gate.out = ff;
+  gate.in = d;
+  gate.num_experts = E;
+  gate.w = w.data();
+  const LinearRef up = gate;
+  const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
+  EXPECT_DEATH(gemv_gated_routed_experts(act.data(), x.data(), d, 1, logits.data(), nullptr, r,
+                                         ids.data(), wts.data(), gate, up, nullptr, {}, nullptr,
+                                         nullptr, acc.data(), 1e-6f),
+               "logits or gemv_route_partials' sums, exactly one");
+  EXPECT_DEATH(gemv_gated_routed_experts(act.data(), x.data(), d, 1, nullptr, nullptr, r,
+                                         ids.data(), wts.data(), gate, up, nullptr),
+               "logits or gemv_route_partials' sums, exactly one");
+  EXPECT_DEATH(gemv_gated_routed_experts(
+                   act.data(), x.data(), d, 1, nullptr, nullptr, r, ids.data(), wts.data(), gate,
+                   up, nullptr, GemvNorm{g.data(), 1e-6f}, nullptr, nullptr, acc.data(), 1e-6f),
+               "the route sums need pre-normed rows and the block top-k");
+  const MoeRouting nine{static_cast<int>(E), 9, 0, true, 1.0f};  // past kBlockTopKMax
+  EXPECT_DEATH(gemv_gated_routed_experts(act.data(), x.data(), d, 1, nullptr, nullptr, nine,
+                                         ids.data(), wts.data(), gate, up, nullptr, {}, nullptr,
+                                         nullptr, acc.data(), 1e-6f),
+               "the route sums need pre-normed rows and the block top-k");
+  LinearRef wo = gate, router = gate;
+  wo.out = d;
+  wo.num_experts = 1;
+  wo.w = o.data();
+  router.out = E;
+  router.num_experts = 1;
+  EXPECT_DEATH(
+      gemv_route_partials(y.data(), x.data(), wo, router, g.data(), nullptr, acc.data(), nullptr),
+      "gemv_route_partials: null buffer");
+}
+
 TEST(MoeExperts, BlockMatchesCpuMoe) {
   FLINT_REQUIRE_GPU();
   for (DType dt : {DType::kF32, DType::kBF16, DType::kNVFP4}) {
