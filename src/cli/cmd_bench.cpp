@@ -36,6 +36,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "Decode steps of up to 8 sequences: layered (a launch per op, as serve runs "
                   "them) or persistent (the experimental one-kernel path)")
       ->check(CLI::IsMember({"persistent", "layered"}));
+  cmd->add_option("--head", opts->bench.heads,
+                  "LM heads of the layered decode steps: full (the FP32 logits, then argmax) and "
+                  "greedy (the arg max from the bf16 copy and the candidates' FP32 rows); default: "
+                  "both on the layered path")
+      ->check(CLI::IsMember({"full", "greedy"}))
+      ->delimiter(',');
   cmd->add_flag("--ablate", opts->bench.ablate,
                 "Also time each layered decode step with one op kind left out: what each op "
                 "costs the step");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 
 #include "backends/cpu/forward.h"
@@ -72,6 +73,62 @@ TEST(CudaBackendSample, MatchesLogitsOfForward) {
     for (int s = 0; s < kSeqs; ++s) steps.add(s, std::span<const int32_t>(&tokens[s], 1), false);
   }
   EXPECT_GT((*sample_be)->graph_stats().replays, 30);
+}
+
+// All rows greedy: the greedy LM head (kernels/greedy_head.h) picks, reading the FP32 head only for
+// its candidates. Its token is the arg max of the one-row FP32 GEMV's logits; forward() computes
+// 4 rows with cuBLAS, whose sums may round differently, so a different token must be a tie within
+// f32 rounding of forward()'s best.
+TEST(CudaBackendSample, AllGreedyRowsPickTheArgmaxOfForwardLogits) {
+  FLINT_REQUIRE_GPU();
+  TinyOptions o;
+  o.linear_dtype = DType::kBF16;
+  o.vocab_size = 1000;
+  o.seed = 43;
+  const auto m = cpu::testing::make_tiny_model(o);
+  ASSERT_EQ(m.weights.lm_head.w.dtype(), DType::kF32);
+  const int64_t V = o.vocab_size;
+  constexpr int kSeqs = 4;
+  auto logits_be = CudaBackend::create(m.weights);
+  auto sample_be = CudaBackend::create(m.weights);
+  ASSERT_TRUE(logits_be.has_value() && sample_be.has_value());
+  cpu::SimpleSteps steps(kSeqs, 128, 16);
+  ASSERT_TRUE((*logits_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  ASSERT_TRUE((*sample_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  for (int s = 0; s < kSeqs; ++s) {
+    std::vector<int32_t> prompt(4 + 5 * s);
+    std::iota(prompt.begin(), prompt.end(), 29 * s + 3);
+    steps.add(s, prompt, false);
+  }
+  int exact = 0, total = 0;
+  for (int step = 0; step < 40; ++step) {
+    const model::StepInput st = steps.take();
+    const int n = static_cast<int>(st.logits_indices.size());
+    ASSERT_EQ(n, kSeqs);
+    std::vector<float> logits(n * V);
+    ASSERT_TRUE((*logits_be)->forward(st, logits));
+    std::vector<model::DeviceSampling> params(n);
+    for (auto& p : params) p.temperature = 0.0f;
+    std::vector<int32_t> tokens(n, -1);
+    const Status ss = (*sample_be)->forward_sample(st, params, tokens);
+    ASSERT_TRUE(ss) << ss.error().message;
+    for (int s = 0; s < n; ++s) {
+      const float* row = logits.data() + s * V;
+      const int64_t best = std::max_element(row, row + V) - row;
+      ASSERT_GE(tokens[s], 0);
+      ASSERT_LT(tokens[s], V);
+      ++total;
+      if (tokens[s] == best) {
+        ++exact;
+      } else {
+        EXPECT_LE(row[best] - row[tokens[s]], 4e-6f * std::fabs(row[best]))
+            << "step " << step << " seq " << s << ": " << tokens[s] << " against " << best;
+      }
+    }
+    for (int s = 0; s < n; ++s) steps.add(s, std::span<const int32_t>(&tokens[s], 1), false);
+  }
+  EXPECT_GE(exact, total - 2);
+  EXPECT_EQ((*sample_be)->graph_stats().greedy_head_steps, 40);
 }
 
 TEST(CudaBackendSample, RejectsMismatchedParams) {

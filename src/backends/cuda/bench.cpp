@@ -59,7 +59,8 @@ struct StepBytes {
 
 // Bytes one decode step must read: every dense weight once, the experts the router picked
 // (union over the batch), the LM head, and each sequence's visible KV.
-StepBytes step_bytes(const DeviceWeights& w, CudaForward& f, int batch, int64_t ctx) {
+StepBytes step_bytes(const DeviceWeights& w, CudaForward& f, int batch, int64_t ctx,
+                     bool greedy_head) {
   const model::FlintConfig& c = w.config();
   StepBytes b;
   const int slots = f.slots();
@@ -82,7 +83,10 @@ StepBytes step_bytes(const DeviceWeights& w, CudaForward& f, int batch, int64_t 
       b.weights += L.sh_gate.matrix_bytes() + L.sh_up.matrix_bytes() + L.sh_down.matrix_bytes();
     }
   }
-  b.weights += w.lm_head().matrix_bytes();
+  // The greedy head reads the bf16 copy and the row norms (and the few candidate rows in FP32,
+  // not counted).
+  b.weights += greedy_head ? w.greedy_head()->matrix_bytes() + 4.0 * w.lm_head().out
+                           : w.lm_head().matrix_bytes();
   const double kv_row = 2.0 * c.num_kv_heads * c.head_dim * 2;  // K and V, bf16
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int64_t keys = c.is_sliding(l) ? std::min(ctx, c.sliding_window) : ctx;
@@ -209,7 +213,8 @@ std::vector<std::pair<std::string, float>> phase_totals(const model::FlintConfig
 }
 
 Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batch, int64_t ctx,
-                      const BenchOptions& opt, double floor_gbs, cudaStream_t s) {
+                      const std::string& head, const BenchOptions& opt, double floor_gbs,
+                      cudaStream_t s) {
   const model::FlintConfig& c = w.config();
   model::KvCacheSpec spec;
   spec.page_size = 16;
@@ -237,10 +242,19 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   }
   st.query_start_loc.push_back(batch);
   FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd->upload_step(st, s));
+  if (head == "greedy") {
+    if (!fwd->greedy_head_serves(plan)) {
+      return make_error(ErrorCode::kUnsupported,
+                        "the greedy LM head does not serve this step (an FP32 head, 1-{} rows, "
+                        "the layered path)",
+                        CudaForward::kLmHeadGemvRows);
+    }
+    plan.greedy = true;
+  }
   FLINT_ASSIGN_OR_RETURN(DeviceBuffer next, DeviceBuffer::allocate(batch * 4));
   auto step = [&] {
-    fwd->enqueue(plan, s);
-    argmax(next.as<int32_t>(), fwd->logits(), batch, c.vocab_size, s);
+    fwd->enqueue(plan, s);  // a greedy plan leaves the picks in fwd->greedy_tokens()
+    if (!plan.greedy) argmax(next.as<int32_t>(), fwd->logits(), batch, c.vocab_size, s);
   };
   cudaEvent_t a, b;
   FLINT_CUDA_CHECK(cudaEventCreate(&a));
@@ -315,7 +329,7 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
-  const StepBytes bytes = step_bytes(w, *fwd, batch, ctx);
+  const StepBytes bytes = step_bytes(w, *fwd, batch, ctx, plan.greedy);
   std::vector<std::pair<std::string, float>> ops, phases, waits;
   {
     EventTimer timer(s);
@@ -343,7 +357,9 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
              bytes.kv / 1e9,
              floor_gbs,
              ops,
-             plan.persistent ? "persistent" : "layered",
+             plan.persistent ? "persistent"
+             : plan.greedy   ? "greedy"
+                             : "layered",
              phases,
              waits,
              ablation,
@@ -529,6 +545,12 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
     return bad("--ablate and --ktrace time the layered path; they cannot go with --decode-path {}",
                opt.decode_path);
   }
+  for (const std::string& h : opt.heads) {
+    if (h != "full" && h != "greedy") return bad("--head must be full or greedy, got '{}'", h);
+    if (h == "greedy" && opt.decode_path != "layered") {
+      return bad("--head greedy runs on the layered path, not --decode-path {}", opt.decode_path);
+    }
+  }
   for (int b : opt.batches) {
     if (b < 1 || b > kMaxBatch) return bad("--batch must be in [1, {}], got {}", kMaxBatch, b);
   }
@@ -557,6 +579,11 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
   const auto t_start = std::chrono::steady_clock::now();
   std::vector<PrefillRow> prefill_rows;
   FLINT_TRY(validate_bench_options(config, opt));
+  std::vector<std::string> heads = opt.heads;
+  if (heads.empty()) {
+    heads = {"full"};
+    if (opt.decode_path == "layered") heads.push_back("greedy");
+  }
   if (!device_available()) return make_error(ErrorCode::kUnavailable, "no CUDA device available");
   cudaStream_t s;
   FLINT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -625,16 +652,18 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
           spdlog::warn("bench: {}", notes.back());
           continue;
         }
-        auto r = bench_one(*w, name, batch, ctx, opt, floor_gbs, s);
-        if (!r) {
-          notes.push_back(
-              fmt::format("{} batch {} ctx {}: {}", name, batch, ctx, r.error().message));
-          spdlog::warn("bench: {}", notes.back());
-          continue;
+        for (const std::string& head : heads) {
+          auto r = bench_one(*w, name, batch, ctx, head, opt, floor_gbs, s);
+          if (!r) {
+            notes.push_back(fmt::format("{} batch {} ctx {} head {}: {}", name, batch, ctx, head,
+                                        r.error().message));
+            spdlog::warn("bench: {}", notes.back());
+            continue;
+          }
+          spdlog::info("bench: {} b{} ctx {} {}: {:.3f} ms (graph), {:.3f} ms (stream)", name,
+                       batch, ctx, r->path, r->ms_graph, r->ms_stream);
+          rows.push_back(*r);
         }
-        spdlog::info("bench: {} b{} ctx {}: {:.3f} ms (graph), {:.3f} ms (stream)", name, batch,
-                     ctx, r->ms_graph, r->ms_stream);
-        rows.push_back(*r);
       }
     }
   }
@@ -789,6 +818,11 @@ int decode_bench_main(int argc, char** argv) {
       opt.prefill_runs = std::atoi(argv[i + 1]);
     } else if (k == "--decode-path") {
       opt.decode_path = argv[i + 1];
+    } else if (k == "--head") {
+      opt.heads.clear();
+      std::stringstream ss(argv[i + 1]);
+      std::string item;
+      while (std::getline(ss, item, ',')) opt.heads.push_back(item);
     } else {
       fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
       return 2;

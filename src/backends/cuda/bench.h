@@ -22,6 +22,11 @@ struct BenchOptions {
   // Decode steps of up to 8 sequences: "layered" (a launch per op, what serve runs) or
   // "persistent" (the experimental one-kernel path, when the model allows it).
   std::string decode_path = "layered";
+  // LM heads of the decode steps, each a row of the table: "full" (the FP32 head's logits, then
+  // argmax: what a sampling step reads) and "greedy" (the arg max without the full FP32 read, what
+  // serve runs when every row is greedy; kernels/greedy_head.h; the layered path only). Empty:
+  // both on the layered path, full on the persistent one.
+  std::vector<std::string> heads;
   // Layered decode steps: also time the step's graph with each op kind left out
   // (CudaForward::set_skipped_ops) and report what each costs the step.
   bool ablate = false;

@@ -63,6 +63,13 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
+CudaBackend::CudaBackend(DeviceWeights w, cudaStream_t s) : weights_(std::move(w)), stream_(s) {
+  if (!weights_.greedy_head_missing().empty()) {
+    spdlog::warn("cuda: greedy steps read the whole FP32 LM head: {}",
+                 weights_.greedy_head_missing());
+  }
+}
+
 Status CudaBackend::init_kv_cache(const model::KvCacheSpec& spec) {
   clear_graphs();
   fwd_.reset();
@@ -139,10 +146,12 @@ cudaGraphExec_t CudaBackend::find_or_capture(const StepPlan& plan) {
   return exec;
 }
 
-Status CudaBackend::run_step(const model::StepInput& step) {
+Status CudaBackend::run_step(const model::StepInput& step, bool greedy, bool* greedy_ran) {
   if (!fwd_) return make_error(ErrorCode::kInternal, "cuda: forward before init_kv_cache");
   const bool decode = is_decode(step);
   FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_));
+  plan.greedy = greedy && fwd_->greedy_head_serves(plan);
+  if (greedy_ran != nullptr) *greedy_ran = plan.greedy;
   if (fwd_->buffer_generation() != graphs_generation_) {
     clear_graphs();  // their captured pointers are stale
     graphs_generation_ = fwd_->buffer_generation();
@@ -203,8 +212,17 @@ Status CudaBackend::forward_sample(const model::StepInput& step,
                       params.size(), tokens.size());
   }
   FLINT_TRY(reserve_sampling(n));
-  FLINT_TRY(run_step(step));
-  if (n > 0) {
+  // All rows greedy (sampling.h's rule): the greedy head picks the tokens without the FP32
+  // head's full read (kernels/greedy_head.h); they are the tokens sample() would pick.
+  const bool greedy = n > 0 && std::all_of(params.begin(), params.end(),
+                                           [](const auto& p) { return p.temperature < 1e-5f; });
+  bool greedy_ran = false;
+  FLINT_TRY(run_step(step, greedy, &greedy_ran));
+  if (greedy_ran) {
+    ++stats_.greedy_head_steps;
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(h_sample_tokens_, fwd_->greedy_tokens(), n * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+  } else if (n > 0) {
     // The previous call synchronised after its copies, so the pinned buffers are free.
     for (size_t i = 0; i < n; ++i) {
       const model::DeviceSampling& p = params[i];

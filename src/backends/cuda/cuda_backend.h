@@ -47,6 +47,7 @@ class CudaBackend final : public model::Backend {
   struct GraphStats {
     int64_t captures = 0, replays = 0, uncaptured = 0;
     size_t cached = 0;
+    int64_t greedy_head_steps = 0;  // forward_sample steps the greedy LM head picked
   };
   GraphStats graph_stats() const;
 
@@ -76,9 +77,11 @@ class CudaBackend final : public model::Backend {
     uint64_t last_use = 0;
   };
 
-  CudaBackend(DeviceWeights w, cudaStream_t s) : weights_(std::move(w)), stream_(s) {}
-  // Uploads and enqueues one step (a graph replay for decode steps); logits land in fwd_->logits().
-  Status run_step(const model::StepInput& step);
+  CudaBackend(DeviceWeights w, cudaStream_t s);
+  // Uploads and enqueues one step (a graph replay for decode steps); logits land in fwd_->logits(),
+  // or, when `greedy` and the greedy head serves the step, each row's arg max in
+  // fwd_->greedy_tokens() (*greedy_ran says which).
+  Status run_step(const model::StepInput& step, bool greedy = false, bool* greedy_ran = nullptr);
   cudaGraphExec_t find_or_capture(const StepPlan& plan);
   void clear_graphs();
   Status reserve_sampling(size_t rows);

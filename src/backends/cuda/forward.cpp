@@ -12,10 +12,12 @@
 #include <limits>
 
 #include "backends/cuda/fill.h"
+#include "backends/cuda/kernels/argmax.h"
 #include "backends/cuda/kernels/decode_attention.h"
 #include "backends/cuda/kernels/embedding.h"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/greedy_head.h"
 #include "backends/cuda/kernels/moe_experts.h"
 #include "backends/cuda/kernels/moe_router.h"
 #include "backends/cuda/kernels/qk_norm_rope_kv.h"
@@ -72,6 +74,18 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&f->num_sms_, cudaDevAttrMultiProcessorCount, dev));
   for (cudaEvent_t& e : f->staged_) {
     FLINT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  if (w.greedy_head() != nullptr) {
+    const int64_t rows = kLmHeadGemvRows, approx = rows * c.vocab_size * int64_t(sizeof(float));
+    auto g = DeviceBuffer::allocate(size_t(approx + rows * 16));
+    if (!g) return g.error().with_context("allocating the greedy LM head's scratch");
+    f->greedy_buf_ = std::move(g).value();
+    auto* base = static_cast<unsigned char*>(f->greedy_buf_.data());
+    f->ws_greedy_approx_ = reinterpret_cast<float*>(base);
+    f->d_greedy_keys_ = reinterpret_cast<uint64_t*>(base + approx);
+    f->d_greedy_ids_ = reinterpret_cast<int32_t*>(base + approx + rows * 8);
+    f->d_greedy_tokens_ = f->d_greedy_ids_ + rows;
+    FLINT_CUDA_CHECK(cudaMemset(base + approx, 0, size_t(rows) * 16));
   }
   FLINT_TRY(f->prepare_persistent());
   // The KV cache's zero fill and the persistent kernel's tables went through the legacy stream
@@ -629,10 +643,40 @@ int CudaForward::lm_head_gemv_rows() const {
   return w_.lm_head().dtype == DType::kF32 ? 1 : kLmHeadGemvRows;
 }
 
+bool CudaForward::greedy_head_serves(const StepPlan& plan) const {
+  return w_.greedy_head() != nullptr && ws_greedy_approx_ != nullptr && !plan.persistent &&
+         plan.num_logits >= 1 && plan.num_logits <= kLmHeadGemvRows;
+}
+
 void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
   const model::FlintConfig& c = w_.config();
   const int64_t d = c.hidden_size;
   const int n = plan.num_logits;
+  if (plan.greedy) {
+    // kernels/greedy_head.h: the bf16 copy's logits, their arg max, then the exact FP32 logits of
+    // the rows that could beat it.
+    FLINT_CHECK(greedy_head_serves(plan),
+                "enqueue_lm_head: a greedy plan of {} rows without a greedy head", n);
+    const GemvNorm norm{w_.final_norm(), c.rms_norm_eps};
+    gemv(ws_greedy_approx_, c.vocab_size, ws_h_, d, n, *w_.greedy_head(), false, s, norm,
+         d_logit_rows_);
+    argmax(d_greedy_ids_, ws_greedy_approx_, n, c.vocab_size, s);
+    GreedyPickArgs g;
+    g.approx = ws_greedy_approx_;
+    g.approx_ids = d_greedy_ids_;
+    g.x = ws_h_;
+    g.x_stride = d;
+    g.x_rows = d_logit_rows_;
+    g.norm = norm.weight;
+    g.eps = norm.eps;
+    g.head = w_.lm_head();
+    g.norms = w_.greedy_norms();
+    g.keys = d_greedy_keys_;
+    g.tokens = d_greedy_tokens_;
+    g.num_rows = n;
+    greedy_pick(g, s);
+    return;
+  }
   if (n > lm_head_gemv_rows() && prefill_.cublas != nullptr && prefill_.cap_tokens >= n) {
     // cuBLAS reads the head once; the GEMV would read it once per 8 rows (a 64-row step spent
     // 5.4 ms in 8 passes over the 615 MB BF16 head).

@@ -47,6 +47,9 @@ struct StepPlan {
   // A decode step of at most kPersistentMaxRows rows on a model the persistent kernel supports:
   // all layers run in one launch (kernels/decode_persistent.h).
   bool persistent = false;
+  // The LM head writes each logits row's arg max to greedy_tokens() instead of writing logits
+  // (CudaForward::greedy_head_serves; kernels/greedy_head.h). Set by the caller after upload_step.
+  bool greedy = false;
   // Graph cache key (cuda_backend.cpp): equal plans enqueue identical launches.
   bool operator==(const StepPlan&) const = default;
 };
@@ -111,7 +114,13 @@ class CudaForward {
   void enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer* timer);
 
   const float* logits() const { return ws_logits_; }  // [num_logits, vocab_size] f32
-  const int32_t* expert_ids(int layer) const;         // [num_tokens, slots] of the last step
+  // Whether the plan's logits rows can take the greedy head: an FP32 LM head with its bf16 copy
+  // (DeviceWeights::greedy_head), 1..kLmHeadGemvRows rows, the layered or prefill path.
+  bool greedy_head_serves(const StepPlan& plan) const;
+  // [num_logits] after a plan.greedy step: each row's arg max, as argmax over logits() would pick
+  // it from the one-row FP32 GEMV's logits.
+  const int32_t* greedy_tokens() const { return d_greedy_tokens_; }
+  const int32_t* expert_ids(int layer) const;  // [num_tokens, slots] of the last step
   int slots() const { return slots_; }
   // Copies sliding ring src to dst in every sliding layer (stream-ordered).
   void copy_ring(int32_t src, int32_t dst, cudaStream_t s);
@@ -206,6 +215,12 @@ class CudaForward {
         *ws_vstep_ = nullptr;   // bf16 [num_tokens, Hkv, D] each
   float* ws_xinv_ = nullptr;    // [num_tokens] 1 / rms of the router's normed rows (ws_a_)
   DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
+  // The greedy head's scratch: approximate logits [kLmHeadGemvRows, vocab], their arg maxes, the
+  // picks' keys (zero between steps) and the tokens.
+  DeviceBuffer greedy_buf_;
+  float* ws_greedy_approx_ = nullptr;
+  int32_t *d_greedy_ids_ = nullptr, *d_greedy_tokens_ = nullptr;
+  uint64_t* d_greedy_keys_ = nullptr;
   int num_sms_ = 1;
   // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and
   // waits only for the copies out of the same half two steps ago (staged_[half]).

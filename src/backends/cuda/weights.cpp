@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/cuda/fill.h"
+#include "backends/cuda/kernels/greedy_head.h"
 #include "formats/nvfp4.h"
 
 namespace flint::cuda {
@@ -70,6 +71,44 @@ class WeightBuilder {
     dw_.bytes_ += static_cast<int64_t>(bytes);
     dw_.buffers_.push_back(std::move(b).value());
     return p;
+  }
+
+  // The greedy LM head's bf16 copy and row norms (kernels/greedy_head.h), for an FP32 head. Left
+  // out, with a warning, when the device has no room for them or a value does not fit a finite
+  // bf16: greedy steps then read the whole head, as sampling steps do.
+  Status add_greedy_head() {
+    const LinearRef& h = dw_.lm_head_;
+    if (h.dtype != DType::kF32 || h.num_experts != 1 || h.row_scale != nullptr || h.in % 8 != 0 ||
+        h.out == 0) {
+      return ok();
+    }
+    auto hi = DeviceBuffer::allocate(size_t(h.out * h.in) * 2);
+    auto nb = DeviceBuffer::allocate(size_t(h.out) * sizeof(float) + 16);
+    if (!hi || !nb) {
+      dw_.greedy_head_missing_ = fmt::format("no room for its {} MiB", (h.out * h.in * 2) >> 20);
+      return ok();
+    }
+    FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // the head's uploads may still be landing
+    float* norms = nb->as<float>();
+    int32_t* bad = reinterpret_cast<int32_t*>(norms + h.out);
+    FLINT_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), s_));
+    greedy_head_prepare(hi->as<uint16_t>(), norms, bad, h, s_);
+    int32_t host_bad = 0;
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost, s_));
+    FLINT_CUDA_CHECK(cudaStreamSynchronize(s_));
+    if (host_bad != 0) {
+      dw_.greedy_head_missing_ = "the LM head has values past bf16's range";
+      return ok();
+    }
+    LinearRef g = h;
+    g.dtype = DType::kBF16;
+    g.w = hi->data();
+    dw_.greedy_head_ = g;
+    dw_.greedy_norms_ = norms;
+    dw_.bytes_ += static_cast<int64_t>(hi->size() + nb->size());
+    dw_.buffers_.push_back(std::move(hi).value());
+    dw_.buffers_.push_back(std::move(nb).value());
+    return ok();
   }
 
   Result<const float*> upload_f32(const std::vector<float>& host) {
@@ -279,6 +318,7 @@ Result<DeviceWeights> DeviceWeights::upload(const model::FlintWeights& w, cudaSt
   }
   FLINT_ASSIGN_OR_RETURN(dw.final_norm_, b.vec_f32(w.final_norm, "final_norm"));
   FLINT_ASSIGN_OR_RETURN(dw.lm_head_, b.stack({whole(w.lm_head)}, 1, "lm_head"));
+  FLINT_TRY(b.add_greedy_head());
 
   const int64_t I = c.moe_intermediate_size, Ish = c.shared_expert_intermediate_size;
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
@@ -432,6 +472,7 @@ Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt
   // FP32, as the model keeps it (the LM head is an FP32 island) and as the CPU's dummy weights
   // make it: its 1.23 GB are about half of what an NVFP4 batch-1 step reads.
   FLINT_ASSIGN_OR_RETURN(dw.lm_head_, dummy_linear(b, DType::kF32, 1, c.vocab_size, d, ++sd, s));
+  FLINT_TRY(b.add_greedy_head());
   const int64_t I = c.moe_intermediate_size, Ish = c.shared_expert_intermediate_size;
   const int64_t slices = (Ish > 0 && I > 0 && Ish % I == 0) ? Ish / I : 0;
   dw.num_shared_slots_ = static_cast<int>(slices);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/device.h"
@@ -62,6 +63,14 @@ class DeviceWeights {
   DType embed_dtype() const { return embed_dtype_; }
   const float* final_norm() const { return final_norm_; }
   const LinearRef& lm_head() const { return lm_head_; }
+  // The greedy head (kernels/greedy_head.h): the FP32 LM head's bf16 copy and its rows' norms, or
+  // null (a head of another dtype, or one made without them).
+  const LinearRef* greedy_head() const {
+    return greedy_norms_ != nullptr ? &greedy_head_ : nullptr;
+  }
+  const float* greedy_norms() const { return greedy_norms_; }
+  // Why an FP32 head has no greedy copy (empty when it has one, or the head is not FP32).
+  const std::string& greedy_head_missing() const { return greedy_head_missing_; }
   int num_shared_slots() const { return num_shared_slots_; }
   // Device bytes held.
   int64_t bytes() const { return bytes_; }
@@ -77,6 +86,9 @@ class DeviceWeights {
   DType embed_dtype_ = DType::kBF16;
   const float* final_norm_ = nullptr;
   LinearRef lm_head_;
+  LinearRef greedy_head_;
+  const float* greedy_norms_ = nullptr;
+  std::string greedy_head_missing_;
   int num_shared_slots_ = 0;
   int64_t bytes_ = 0;
   int64_t checked_rows_ = 0;

@@ -26,6 +26,13 @@ TEST(BenchOptions, DefaultsAndTheDocumentedRunAreValid) {
   EXPECT_TRUE(validate_bench_options(c, o));
   o.ablate = true;  // with the layered path (the default)
   EXPECT_TRUE(validate_bench_options(c, o));
+  o.heads = {"greedy", "full"};
+  EXPECT_TRUE(validate_bench_options(c, o));
+  o.ablate = false;
+  o.heads.clear();  // the default on the persistent path: the full head only
+  o.decode_path = "persistent";
+  EXPECT_TRUE(validate_bench_options(c, o));
+  o.decode_path = "layered";
   o.batches.clear();  // prefill only
   EXPECT_TRUE(validate_bench_options(c, o));
 }
@@ -64,6 +71,15 @@ TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
       {"--ablate",
        [](BenchOptions& o) {
          o.ablate = true;
+         o.decode_path = "persistent";
+       }},
+      {"--head",
+       [](BenchOptions& o) {
+         o.heads = {"full", "fast"};
+       }},
+      {"--head",
+       [](BenchOptions& o) {
+         o.heads = {"greedy"};
          o.decode_path = "persistent";
        }},
       {"--warmup", [](BenchOptions& o) { o.warmup = -1; }},
