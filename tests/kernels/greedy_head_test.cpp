@@ -8,7 +8,6 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/cuda/kernels/argmax.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -67,14 +66,12 @@ std::vector<int32_t> greedy_tokens(const Case& c) {
   approx_head.w = hi.get();
   const int n = static_cast<int>(c.rows.size());
   DeviceArray<float> approx{size_t(n * c.V)};
-  DeviceArray<int32_t> ids{size_t(n)}, rows(c.rows), tokens{size_t(n)};
+  DeviceArray<int32_t> rows(c.rows), tokens{size_t(n)};
   DeviceArray<uint64_t> keys(std::vector<uint64_t>(size_t(n), 0));
   gemv(approx.get(), c.V, x.get(), c.d, n, approx_head, false, nullptr, GemvNorm{g.get(), c.eps},
        rows.get());
-  argmax(ids.get(), approx.get(), n, c.V, nullptr);
   GreedyPickArgs a;
   a.approx = approx.get();
-  a.approx_ids = ids.get();
   a.x = x.get();
   a.x_stride = c.d;
   a.x_rows = rows.get();

@@ -12,7 +12,6 @@
 #include <limits>
 
 #include "backends/cuda/fill.h"
-#include "backends/cuda/kernels/argmax.h"
 #include "backends/cuda/kernels/decode_attention.h"
 #include "backends/cuda/kernels/embedding.h"
 #include "backends/cuda/kernels/gemm.h"
@@ -83,8 +82,7 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
     auto* base = static_cast<unsigned char*>(f->greedy_buf_.data());
     f->ws_greedy_approx_ = reinterpret_cast<float*>(base);
     f->d_greedy_keys_ = reinterpret_cast<uint64_t*>(base + approx);
-    f->d_greedy_ids_ = reinterpret_cast<int32_t*>(base + approx + rows * 8);
-    f->d_greedy_tokens_ = f->d_greedy_ids_ + rows;
+    f->d_greedy_tokens_ = reinterpret_cast<int32_t*>(base + approx + rows * 8);
     FLINT_CUDA_CHECK(cudaMemset(base + approx, 0, size_t(rows) * 16));
   }
   FLINT_TRY(f->prepare_persistent());
@@ -653,17 +651,15 @@ void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
   const int64_t d = c.hidden_size;
   const int n = plan.num_logits;
   if (plan.greedy) {
-    // kernels/greedy_head.h: the bf16 copy's logits, their arg max, then the exact FP32 logits of
-    // the rows that could beat it.
+    // kernels/greedy_head.h: the bf16 copy's logits, then the exact FP32 logits of the rows whose
+    // error bound leaves them in the running.
     FLINT_CHECK(greedy_head_serves(plan),
                 "enqueue_lm_head: a greedy plan of {} rows without a greedy head", n);
     const GemvNorm norm{w_.final_norm(), c.rms_norm_eps};
     gemv(ws_greedy_approx_, c.vocab_size, ws_h_, d, n, *w_.greedy_head(), false, s, norm,
          d_logit_rows_);
-    argmax(d_greedy_ids_, ws_greedy_approx_, n, c.vocab_size, s);
     GreedyPickArgs g;
     g.approx = ws_greedy_approx_;
-    g.approx_ids = d_greedy_ids_;
     g.x = ws_h_;
     g.x_stride = d;
     g.x_rows = d_logit_rows_;

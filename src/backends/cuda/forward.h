@@ -215,11 +215,11 @@ class CudaForward {
         *ws_vstep_ = nullptr;   // bf16 [num_tokens, Hkv, D] each
   float* ws_xinv_ = nullptr;    // [num_tokens] 1 / rms of the router's normed rows (ws_a_)
   DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
-  // The greedy head's scratch: approximate logits [kLmHeadGemvRows, vocab], their arg maxes, the
-  // picks' keys (zero between steps) and the tokens.
+  // The greedy head's scratch: approximate logits [kLmHeadGemvRows, vocab], the picks' keys (zero
+  // between steps) and the tokens.
   DeviceBuffer greedy_buf_;
   float* ws_greedy_approx_ = nullptr;
-  int32_t *d_greedy_ids_ = nullptr, *d_greedy_tokens_ = nullptr;
+  int32_t* d_greedy_tokens_ = nullptr;
   uint64_t* d_greedy_keys_ = nullptr;
   int num_sms_ = 1;
   // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and

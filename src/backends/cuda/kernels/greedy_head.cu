@@ -90,8 +90,20 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
   for (int w = 0; w < kWarps; ++w) tot += s_ss[w];
   const float bx = kGreedyBound * sqrtf(tot) * inv;  // B_r = bx * norms[r]
   const float* ap = a.approx + int64_t(t) * V;
-  const int64_t m = a.approx_ids[t];
-  const float M = __ldcg(ap + m) - bx * __ldg(a.norms + m);
+  // M: the largest a_r - B_r of this block's rows. Each is at most its l_r, so M is at most the
+  // largest logit: a lower bound the winner's a_r + B_r reaches, from the block that holds it.
+  const int64_t begin = int64_t(blockIdx.x) * slice, end = min(V, begin + slice);
+  float lo = __int_as_float(0xff800000);  // -inf
+  for (int64_t r = begin + threadIdx.x; r < end; r += kThreads) {
+    lo = fmaxf(lo, __ldcg(ap + r) - bx * __ldg(a.norms + r));
+  }
+  lo = dev::warp_max(lo);
+  __syncthreads();  // s_ss is read above
+  if (lane == 0) s_ss[warp] = lo;
+  __syncthreads();
+  float M = s_ss[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) M = fmaxf(M, s_ss[w]);
   const bool all = !(isfinite(bx) && isfinite(M));
   // The exact logit of row r, by the whole warp, as gemv_block sums the one-row FP32 head.
   auto exact = [&](int64_t r) {
@@ -110,7 +122,6 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
     }
     return dev::warp_sum(acc_a[0][0]) * dev::row_scale(a.head, r) * inv;
   };
-  const int64_t begin = int64_t(blockIdx.x) * slice, end = min(V, begin + slice);
   uint64_t best = 0;
   for (int64_t base = begin + warp * 32; base < end; base += kThreads) {
     const int64_t r = base + lane;
@@ -162,8 +173,8 @@ void greedy_pick(const GreedyPickArgs& a, cudaStream_t s) {
                   a.head.out > 0 && a.head.out <= (int64_t(1) << 31) && a.num_rows >= 1 &&
                   a.num_rows <= 32,
               "greedy_pick: FP32 head [{}, {}], {} rows", a.head.out, a.head.in, a.num_rows);
-  FLINT_CHECK(a.approx != nullptr && a.approx_ids != nullptr && a.x != nullptr &&
-                  a.norms != nullptr && a.keys != nullptr && a.tokens != nullptr,
+  FLINT_CHECK(a.approx != nullptr && a.x != nullptr && a.norms != nullptr && a.keys != nullptr &&
+                  a.tokens != nullptr,
               "greedy_pick: null buffer");
   const size_t smem = size_t(dev::padded_len(a.head.in)) * sizeof(float);
   static const bool configured = [] {
