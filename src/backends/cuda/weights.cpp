@@ -73,9 +73,11 @@ class WeightBuilder {
     return p;
   }
 
-  // The greedy LM head's bf16 copy and row norms (kernels/greedy_head.h), for an FP32 head. Left
-  // out, with a warning, when the device has no room for them or a value does not fit a finite
-  // bf16: greedy steps then read the whole head, as sampling steps do.
+  // The greedy LM head's bf16 copy and row norms (kernels/greedy_head.h), for an FP32 head whose
+  // values are on the device (stream-ordered before s_). Made after every other weight, so that it
+  // never costs a model its load; left out (greedy_head_missing says why, the backend warns) when
+  // the device has no room for it or a value does not fit a finite bf16: greedy steps then read
+  // the whole head, as sampling steps do.
   Status add_greedy_head() {
     const LinearRef& h = dw_.lm_head_;
     if (h.dtype != DType::kF32 || h.num_experts != 1 || h.row_scale != nullptr || h.in % 8 != 0 ||
@@ -88,7 +90,6 @@ class WeightBuilder {
       dw_.greedy_head_missing_ = fmt::format("no room for its {} MiB", (h.out * h.in * 2) >> 20);
       return ok();
     }
-    FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // the head's uploads may still be landing
     float* norms = nb->as<float>();
     int32_t* bad = reinterpret_cast<int32_t*>(norms + h.out);
     FLINT_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), s_));
@@ -318,7 +319,6 @@ Result<DeviceWeights> DeviceWeights::upload(const model::FlintWeights& w, cudaSt
   }
   FLINT_ASSIGN_OR_RETURN(dw.final_norm_, b.vec_f32(w.final_norm, "final_norm"));
   FLINT_ASSIGN_OR_RETURN(dw.lm_head_, b.stack({whole(w.lm_head)}, 1, "lm_head"));
-  FLINT_TRY(b.add_greedy_head());
 
   const int64_t I = c.moe_intermediate_size, Ish = c.shared_expert_intermediate_size;
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
@@ -375,6 +375,7 @@ Result<DeviceWeights> DeviceWeights::upload(const model::FlintWeights& w, cudaSt
   // stream is non-blocking (it does not wait for the legacy stream that copy used): wait for
   // every upload here, before any kernel on that stream reads the weights.
   FLINT_CUDA_CHECK(cudaDeviceSynchronize());
+  FLINT_TRY(b.add_greedy_head());  // last: the copy takes only memory the weights left
   return dw;
 }
 
@@ -472,7 +473,6 @@ Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt
   // FP32, as the model keeps it (the LM head is an FP32 island) and as the CPU's dummy weights
   // make it: its 1.23 GB are about half of what an NVFP4 batch-1 step reads.
   FLINT_ASSIGN_OR_RETURN(dw.lm_head_, dummy_linear(b, DType::kF32, 1, c.vocab_size, d, ++sd, s));
-  FLINT_TRY(b.add_greedy_head());
   const int64_t I = c.moe_intermediate_size, Ish = c.shared_expert_intermediate_size;
   const int64_t slices = (Ish > 0 && I > 0 && Ish % I == 0) ? Ish / I : 0;
   dw.num_shared_slots_ = static_cast<int>(slices);
@@ -498,6 +498,7 @@ Result<DeviceWeights> DeviceWeights::dummy(const model::FlintConfig& c, DType dt
     }
     dw.layers_.push_back(L);
   }
+  FLINT_TRY(b.add_greedy_head());  // last: the copy takes only memory the weights left
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
   return dw;
 }
