@@ -237,18 +237,18 @@ bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
 // 32 in F32) and the 8 norm weights are copied to shared memory with cp.async before the PDL
 // wait. That prologue costs: --ktrace (NVFP4 b1 1K), the o blocks' time before their wait went
 // from 1.33 to 1.95 us and the sliding attention's hand-off to them from 2.46 to 2.92, the same
-// with a plain load of the norm weights as with cp.async (not yet tried: the copies after the
-// wait, which would put their round trip on the tail). After the GEMV each thread of an expert adds
-// the 8 products with the updated rows (times the norm weight) in row order, thread 0 the rows' sum
-// of squares, and each adds its sum to acc with one double atomic. The partial sums of floats are
-// exact in a double in practice, so the order of the 256 blocks' atomics changes nothing. Each acc
-// entry has a 128-byte line of its own (kRouteAccStride): atomics on one line are serialised. H200,
-// ms per step, NVFP4 b1 1K (scripts/gpu.sh sweep, three rounds, one build each; docs/PERFORMANCE.md
-// has the rest): entries 8 bytes apart 1.936 against the router kernel's 1.853; a line an
-// entry 1.839 / 1.839; 4 copies of each entry in its line (block b adds to copy b % 4) 1.855
-// against 1.839 for one; the blocks of a cluster of 8 first adding their sums through DSMEM, one
-// atomic a cluster, 1.886 against 1.855 (BF16 2.447 against 2.306); the landed form 1.844
-// against 1.855.
+// with a plain load of the norm weights as with cp.async; the copies issued after the wait instead
+// (their round trip on the tail) lost: 1.852 against 1.831 (twenty-third session). After the GEMV
+// each thread of an expert adds the 8 products with the updated rows (times the norm weight) in row
+// order, thread 0 the rows' sum of squares, and each adds its sum to acc with one double atomic.
+// The partial sums of floats are exact in a double in practice, so the order of the 256 blocks'
+// atomics changes nothing. Each acc entry has a 128-byte line of its own (kRouteAccStride): atomics
+// on one line are serialised. H200, ms per step, NVFP4 b1 1K (scripts/gpu.sh sweep, three rounds,
+// one build each; docs/PERFORMANCE.md has the rest): entries 8 bytes apart 1.936 against the router
+// kernel's 1.853; a line an entry 1.839 / 1.839; 4 copies of each entry in its line (block b adds
+// to copy b % 4) 1.855 against 1.839 for one; the blocks of a cluster of 8 first adding their sums
+// through DSMEM, one atomic a cluster, 1.886 against 1.855 (BF16 2.447 against 2.306); the landed
+// form 1.844 against 1.855.
 constexpr int kRouteRows = dev::kGemvWarps;  // rows per block: one a warp
 struct RouteTail {
   const void* w;  // router [E, ld] (F32 or BF16)

@@ -19,6 +19,7 @@ constexpr int kPickBlocks = 128;
 // The one-row FP32 GEMV's chunks per lane per pass (gemv_unroll<kF32, false, 1>): the exact
 // logits must be summed in its order.
 constexpr int kF32Unroll = 4;
+constexpr int kMaxSmemBytes = 200 * 1024;  // the staged row, as gemv allows it
 static_assert(kF32Unroll == dev::gemv_unroll<DType::kF32, false, 1>(),
               "greedy_pick sums the FP32 head's rows as gemv does");
 
@@ -44,9 +45,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  // The double sum of 2048 squares is within ~2^-42 of exact; rounding its square root up twice
-  // and adding one float ulp keeps the norm above ||W_r||.
-  const float n = __double2float_ru(__dsqrt_ru(ss * (1.0 + 0x1p-40)));
+  // A double sum of d float squares (each exact in a double) is within d * 2^-53 of exact
+  // (relative): the factor 1 + d * 2^-52 covers that, and the square root and the float
+  // conversion both round up, so the norm is at least ||W_r||.
+  const float n = __double2float_ru(__dsqrt_ru(ss * (1.0 + double(d) * 0x1p-52)));
   if (lane == 0) norms[r] = n;
   if (!__all_sync(0xffffffffu, finite) || !isfinite(n)) {
     if (lane == 0) *bad = 1;
@@ -162,7 +164,7 @@ void greedy_head_prepare(uint16_t* hi, float* norms, int32_t* bad, const LinearR
                   w.in % 4 == 0 && w.w != nullptr,
               "greedy_head_prepare: an FP32 matrix [{}, {}] without row scales", w.out, w.in);
   if (w.out == 0) return;
-  const auto blocks = static_cast<unsigned>((w.out + kWarps - 1) / kWarps);
+  const auto blocks = static_cast<unsigned>(ceil_div(w.out, kWarps));
   greedy_prepare_kernel<<<blocks, kThreads, 0, s>>>(hi, norms, bad, static_cast<const float*>(w.w),
                                                     w.out, w.in);
   FLINT_CUDA_CHECK(cudaGetLastError());
@@ -178,14 +180,15 @@ void greedy_pick(const GreedyPickArgs& a, cudaStream_t s) {
               "greedy_pick: null buffer");
   const size_t smem = size_t(dev::padded_len(a.head.in)) * sizeof(float);
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(greedy_pick_kernel,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(
+        greedy_pick_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
     return true;
   }();
   (void)configured;
-  FLINT_CHECK(smem <= 200 * 1024, "greedy_pick: rows of {} are too long to stage", a.head.in);
-  const int64_t blocks = std::min<int64_t>(kPickBlocks, (a.head.out + kThreads - 1) / kThreads);
-  const int64_t slice = (a.head.out + blocks - 1) / blocks;
+  FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "greedy_pick: rows of {} are too long to stage",
+              a.head.in);
+  const int64_t blocks = std::min<int64_t>(kPickBlocks, ceil_div(a.head.out, kThreads));
+  const int64_t slice = ceil_div(a.head.out, blocks);
   launch_pdl(greedy_pick_kernel, dim3(static_cast<unsigned>(blocks), a.num_rows), dim3(kThreads),
              smem, s, a, slice);
   launch_pdl(greedy_finish_kernel, dim3(1), dim3(32), 0, s, a.keys, a.tokens, a.num_rows);
