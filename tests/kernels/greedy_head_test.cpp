@@ -207,5 +207,47 @@ TEST(GreedyHead, PrepareRoundsToNearestBoundsTheNormsAndFlagsValuesPastBf16) {
   EXPECT_EQ(bad2.to_host()[0], 1);
 }
 
+// Calls outside the launchers' contract stop with the reason before any launch (so no device is
+// needed): a head that is not one FP32 matrix, 0 or more than 32 logits rows, a missing buffer.
+TEST(GreedyHead, CallsOutsideTheContractStop) {
+  const int64_t V = 16, d = 8;
+  std::vector<float> w(V * d), x(d), approx(V), norms(V);
+  std::vector<uint16_t> hi(V * d);
+  std::vector<uint64_t> keys(2);
+  std::vector<int32_t> tokens(2), bad(1);
+  const LinearRef head{DType::kF32, V, d, 1, w.data()};
+  LinearRef bf16 = head;
+  bf16.dtype = DType::kBF16;
+  EXPECT_DEATH(greedy_head_prepare(hi.data(), norms.data(), bad.data(), bf16, nullptr),
+               "greedy_head_prepare: an FP32 matrix");
+  LinearRef stack = head;
+  stack.num_experts = 2;
+  EXPECT_DEATH(greedy_head_prepare(hi.data(), norms.data(), bad.data(), stack, nullptr),
+               "greedy_head_prepare: an FP32 matrix");
+  GreedyPickArgs a;
+  a.approx = approx.data();
+  a.x = x.data();
+  a.x_stride = d;
+  a.head = head;
+  a.norms = norms.data();
+  a.keys = keys.data();
+  a.tokens = tokens.data();
+  a.num_rows = 1;
+  GreedyPickArgs b = a;
+  b.head = bf16;
+  EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: FP32 head \\[16, 8\\], 1 rows");
+  b = a;
+  b.num_rows = 0;
+  EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: FP32 head \\[16, 8\\], 0 rows");
+  b.num_rows = 33;
+  EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: FP32 head \\[16, 8\\], 33 rows");
+  b = a;
+  b.keys = nullptr;
+  EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: null buffer");
+  b = a;
+  b.norms = nullptr;
+  EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: null buffer");
+}
+
 }  // namespace
 }  // namespace flint::cuda

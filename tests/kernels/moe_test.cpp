@@ -160,6 +160,18 @@ TEST(MoeRoute, NormedRowsOutsideTheirContractStop) {
                "overlap x or are unaligned");
 }
 
+// An F32 stack of E matrices [out, in] over host memory, for the checks that stop before any
+// launch (the pointer is never read).
+LinearRef host_f32_stack(const std::vector<float>& w, int64_t E, int64_t out, int64_t in) {
+  LinearRef r;
+  r.dtype = DType::kF32;
+  r.out = out;
+  r.in = in;
+  r.num_experts = E;
+  r.w = w.data();
+  return r;
+}
+
 // The routed gate/up normalises its rows either itself (a norm weight) or with the router's
 // 1 / rms (x_inv), never both: a caller passing both is stopped before any launch.
 TEST(MoeExperts, RowsNormedTwiceStop) {
@@ -167,13 +179,7 @@ TEST(MoeExperts, RowsNormedTwiceStop) {
   std::vector<float> w(E * ff * d), x(2 * d), act(2 * 2 * ff), logits(2 * E), wts(4), g(d);
   std::vector<float> x_inv(2, 1.0f);
   std::vector<int32_t> ids(4);
-  LinearRef gate;
-  gate.dtype = DType::kF32;
-  gate.out = ff;
-  gate.in = d;
-  gate.num_experts = E;
-  gate.w = w.data();
-  const LinearRef up = gate;
+  const LinearRef gate = host_f32_stack(w, E, ff, d), up = gate;
   const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
   EXPECT_DEATH(gemv_gated_routed_experts(act.data(), x.data(), d, 2, logits.data(), nullptr, r,
                                          ids.data(), wts.data(), gate, up, nullptr,
@@ -189,13 +195,7 @@ TEST(MoeExperts, RouteSumsOutsideTheirContractStop) {
   std::vector<float> w(E * ff * d), x(d), act(2 * ff), logits(E), wts(2), g(d), o(d * d), y(d);
   std::vector<double> acc((E + 1) * kRouteAccStride);
   std::vector<int32_t> ids(2);
-  LinearRef gate;
-  gate.dtype = DType::kF32;
-  gate.out = ff;
-  gate.in = d;
-  gate.num_experts = E;
-  gate.w = w.data();
-  const LinearRef up = gate;
+  const LinearRef gate = host_f32_stack(w, E, ff, d), up = gate;
   const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
   EXPECT_DEATH(gemv_gated_routed_experts(act.data(), x.data(), d, 1, logits.data(), nullptr, r,
                                          ids.data(), wts.data(), gate, up, nullptr, {}, nullptr,
