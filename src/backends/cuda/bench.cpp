@@ -778,11 +778,16 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
 
 int decode_bench_main(int argc, char** argv) {
   BenchOptions opt;
-  auto ints = [](const char* v) {
-    std::vector<int64_t> out;
+  auto strings = [](const char* v) {
+    std::vector<std::string> out;
     std::stringstream ss(v);
     std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(std::atoll(item.c_str()));
+    while (std::getline(ss, item, ',')) out.push_back(item);
+    return out;
+  };
+  auto ints = [&](const char* v) {
+    std::vector<int64_t> out;
+    for (const std::string& item : strings(v)) out.push_back(std::atoll(item.c_str()));
     return out;
   };
   for (int i = 1; i < argc; i += 2) {
@@ -797,10 +802,7 @@ int decode_bench_main(int argc, char** argv) {
       return 2;
     }
     if (k == "--dtype") {
-      opt.dtypes.clear();
-      std::stringstream ss(argv[i + 1]);
-      std::string item;
-      while (std::getline(ss, item, ',')) opt.dtypes.push_back(item);
+      opt.dtypes = strings(argv[i + 1]);
     } else if (k == "--batch") {
       opt.batches.clear();
       for (int64_t b : ints(argv[i + 1])) opt.batches.push_back(static_cast<int>(b));
@@ -819,10 +821,7 @@ int decode_bench_main(int argc, char** argv) {
     } else if (k == "--decode-path") {
       opt.decode_path = argv[i + 1];
     } else if (k == "--head") {
-      opt.heads.clear();
-      std::stringstream ss(argv[i + 1]);
-      std::string item;
-      while (std::getline(ss, item, ',')) opt.heads.push_back(item);
+      opt.heads = strings(argv[i + 1]);
     } else {
       fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
       return 2;
