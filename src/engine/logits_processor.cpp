@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "model/backend.h"
 
 namespace flint::engine {
 
@@ -88,7 +89,7 @@ int32_t sample_token(std::span<const float> logits, const ResolvedSampling& s, R
       best = static_cast<int32_t>(i);
     }
   }
-  if (s.temperature < 1e-5f || !std::isfinite(logits[best])) return best;
+  if (s.temperature < model::kGreedyTemperature || !std::isfinite(logits[best])) return best;
   // Unnormalised probabilities relative to the most likely token (which gets 1).
   const double inv_t = 1.0 / static_cast<double>(s.temperature);
   const double max = logits[best];

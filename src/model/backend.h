@@ -12,8 +12,13 @@
 
 namespace flint::model {
 
+// Below this temperature sampling is greedy: the arg max, lowest id among equals (the engine's
+// sampler, the CUDA sampler and the CUDA greedy LM head all use this rule).
+inline constexpr float kGreedyTemperature = 1e-5f;
+
 // Sampling parameters a backend can apply on its own device (Backend::forward_sample), with the
-// rules of engine::sample_token: greedy when temperature < 1e-5, else min_p, top_k, top_p, a draw.
+// rules of engine::sample_token: greedy when temperature < kGreedyTemperature, else min_p, top_k,
+// top_p, a draw.
 struct DeviceSampling {
   float temperature = 1.0f;
   int32_t top_k = 0;  // <= 0: off

@@ -212,10 +212,12 @@ Status CudaBackend::forward_sample(const model::StepInput& step,
                       params.size(), tokens.size());
   }
   FLINT_TRY(reserve_sampling(n));
-  // All rows greedy (sampling.h's rule): the greedy head picks the tokens without the FP32
-  // head's full read (kernels/greedy_head.h); they are the tokens sample() would pick.
-  const bool greedy = n > 0 && std::all_of(params.begin(), params.end(),
-                                           [](const auto& p) { return p.temperature < 1e-5f; });
+  // All rows greedy (model::kGreedyTemperature, sampling.h's rule): the greedy head picks the
+  // tokens without the FP32 head's full read (kernels/greedy_head.h); they are the tokens sample()
+  // would pick.
+  const bool greedy = n > 0 && std::all_of(params.begin(), params.end(), [](const auto& p) {
+                        return p.temperature < model::kGreedyTemperature;
+                      });
   bool greedy_ran = false;
   FLINT_TRY(run_step(step, greedy, &greedy_ran));
   if (greedy_ran) {

@@ -599,7 +599,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   }
   if (best >= vocab) best = 0;
   m = row[best];
-  if (prm.temperature < 1e-5f || !isfinite(m)) {
+  if (prm.temperature < 1e-5f || !isfinite(m)) {  // model::kGreedyTemperature
     if (cl.rank == 0 && threadIdx.x == 0) tokens[row_id] = best;
     return;
   }
