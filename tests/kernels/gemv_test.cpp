@@ -101,6 +101,35 @@ TEST(Gemv, OneRowOverMoreThanAWaveOfBlocksMatchesCpuLinear) {
   }
 }
 
+// One BF16 row whose weight rows take three or four passes: the passes after the first are
+// requested into L2 before the PDL wait (gemv.cu's l2_rest_serves) and must give what cpu::linear
+// gives. 2048 x 6144 runs on the split kernel (three passes of two warps), 2200 x 3000 on the
+// plain one (three passes of one warp; 6000-byte rows start inside 128-byte lines), and the gated
+// 67 x 2048 reads four passes of each matrix.
+TEST(Gemv, OneRowLaterPassesThroughL2MatchCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  check_gemv(DType::kBF16, 1, 2048, 6144, 1.0f);
+  check_gemv(DType::kBF16, 1, 2200, 3000, 1.0f);
+  const int64_t out = 67, in = 2048;
+  const auto gb = random_weight(DType::kBF16, out, in, 41);
+  const auto ub = random_weight(DType::kBF16, out, in, 42);
+  const model::Linear g{ConstTensorView(gb.data(), DType::kBF16, {out, in}), 1.0f};
+  const model::Linear u{ConstTensorView(ub.data(), DType::kBF16, {out, in}), 1.0f};
+  const auto x = random_floats(in, 43);
+  std::vector<float> yg(out), yu(out), want(out);
+  ThreadPool pool(2);
+  cpu::linear(yg.data(), x.data(), 1, g, pool);
+  cpu::linear(yu.data(), x.data(), 1, u, pool);
+  for (int64_t i = 0; i < out; ++i) want[i] = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
+  DeviceWeights owner;
+  auto rg = owner.add_linear(g, nullptr);
+  auto ru = owner.add_linear(u, nullptr);
+  ASSERT_TRUE(rg && ru);
+  DeviceArray<float> dx(x), dy(out);
+  gemv_gated(dy.get(), out, dx.get(), in, 1, *rg, *ru, nullptr);
+  EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-3), 1.0);
+}
+
 // Sub-scale bytes of every value, 0x00-0xFF: ggml reads 0x00, 0x7F and 0x80 as 0, ignores bit 7
 // otherwise (0xFF is 480) and has subnormals (e == 0). The repack maps them to the bytes the
 // kernels' branch-free decode reads; the one-row CUDA-core and the tensor-core paths must agree

@@ -18,6 +18,24 @@ using dev::GemvArgs;
 constexpr int64_t kMaxSmemBytes = 200 * 1024;
 constexpr int kExpertTwoRowTokens = 3;
 
+// One-row F32/BF16 GEMVs whose rows take more than one pass, over a matrix of at most
+// kL2RestMaxBytes, request every pass after the first into L2 before their PDL wait
+// (GemvArgs::l2_rest): the first pass's loads stay in registers, and the rest comes from L2
+// after the wait instead of one DRAM round trip a pass. At Flint's size, BF16: the qkv projection
+// (second pass of two), the o projection (second of two in the split kernel; it launches while
+// attention runs, see decode_attention's early_dependents), the dense layers' MLP and the shared
+// expert's gate/up slots (passes 2-4, gemv_gated_routed_experts). H200, ms per
+// step (scripts/gpu.sh sweep, five rounds, twenty-fourth session), off / on: BF16 b1 1K greedy
+// head 2.163 / 2.142, FP32 head 2.283 / 2.260, 100K 2.868 / 2.835 and 2.992 / 2.959; NVFP4 (not
+// served) 1.703 / 1.701. Measured and not kept in the same sweeps: without the size limit (the LM
+// heads too) BF16 1K 2.147 / 2.277, no better, the FP32 head worse; NVFP4 too (its o projection's
+// second pass), 1.715 / 1.722 (three rounds); moe_down's later passes once its picks are counted,
+// 2.185 against 2.163.
+constexpr int64_t kL2RestMaxBytes = int64_t(32) << 20;
+bool l2_rest_serves(const LinearRef& w, int num_rows) {
+  return num_rows == 1 && w.dtype != DType::kNVFP4 && w.out * w.row_bytes() <= kL2RestMaxBytes;
+}
+
 // At one activation row, four blocks per SM (<= 64 registers), so that a step's grids (up to 8
 // pairs x 64 blocks for the experts) run in one wave.
 template <DType W, int NB, bool kGated, int R>
@@ -428,6 +446,7 @@ void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_
   FLINT_CHECK(w.num_experts == 1, "gemv: expert stack passed to the dense gemv");
   GemvArgs a{w, {},       x,        x_stride, x_rows,  norm.weight, norm.eps,
              y, y_stride, num_rows, 1,        nullptr, accumulate};
+  a.l2_rest = l2_rest_serves(w, num_rows);
   if (try_mma<false>(a, s)) return;
   const int nb = nb_for(num_rows, w.in);
   launch<false>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);
@@ -446,6 +465,7 @@ bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const Lin
   FLINT_CHECK(router.w != nullptr && y != nullptr && x_out != nullptr && acc != nullptr,
               "gemv_route_partials: null buffer");
   GemvArgs a{w, {}, x, w.in, nullptr, nullptr, 0.0f, y, w.out, 1, 1, nullptr, true};
+  a.l2_rest = l2_rest_serves(w, 1);
   const RouteTail rt{
       router.w, router.dtype == DType::kF32, static_cast<int>(router.out), w.out, norm, x_out, acc};
   switch (w.dtype) {
@@ -478,6 +498,7 @@ void gemv_gated(float* y, int64_t y_stride, const float* x, int64_t x_stride, in
               up.out, up.in, up.dtype);
   GemvArgs a{gate, up,       x,        x_stride, nullptr, norm.weight, norm.eps,
              y,    y_stride, num_rows, 1,        nullptr, false};
+  a.l2_rest = l2_rest_serves(gate, num_rows);
   if (try_mma<true>(a, s)) return;
   const int nb = nb_for(num_rows, gate.in);
   launch<true>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);
@@ -540,6 +561,7 @@ void gemv_gated_routed_experts(float* act, const float* x, int64_t x_stride, int
              norm.weight, norm.eps, act,  gate.out, num_tokens * slots,
              slots,       nullptr,  false};
   a.x_inv = x_inv;
+  a.l2_rest = l2_rest_serves(gate, num_tokens);  // its fixed slots only
   a.route_acc = route_acc;
   if (route_acc != nullptr) a.eps = route_eps;
   a.fixed_from = r.top_k;

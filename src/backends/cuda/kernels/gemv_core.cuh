@@ -54,6 +54,9 @@ struct GemvArgs {
   // x_inv is then 1 / sqrt(acc[E] / in + eps) (`eps`, with no `norm`) and logit e is acc[e] times
   // it.
   const double* route_acc = nullptr;
+  // F32/BF16 weights known before the PDL wait (dense, or fixed slots): the chunks past the first
+  // pass are also requested into L2 before the wait (prefetch_rest; gemv.cu says when).
+  bool l2_rest = false;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
@@ -172,6 +175,39 @@ __device__ __forceinline__ void accumulate_chunks(const Chunk<W> (&wa)[R][U],
   }
 }
 
+// Requests into L2 the 128-byte lines that cover bytes [from, to) of p, lane gl of nl taking every
+// nl-th line. A call, as measured (the NVFP4 kernels, which do not call it now, spilled more
+// with it inlined).
+static __device__ __noinline__ void l2_lines(const void* p, int64_t from, int64_t to, int gl,
+                                             int nl) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t e = b + uintptr_t(to);
+  for (uintptr_t q = ((b + uintptr_t(from)) & ~uintptr_t(127)) + uintptr_t(gl) * 128; q < e;
+       q += uintptr_t(nl) * 128) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
+  }
+}
+
+// The F32/BF16 chunks (16 bytes each) of rows `row` past the first pass of kSplit * 32 lanes x U,
+// requested into L2 by the pass's lanes: the passes after the PDL wait then read L2, not DRAM.
+template <bool kGated, int R, int U, int kSplit>
+__device__ __forceinline__ void prefetch_rest(const GemvArgs& a, const int64_t (&row)[R],
+                                              const bool (&valid)[R], int64_t nc, int half) {
+  const int64_t first = int64_t(32) * kSplit * U;
+  if (first >= nc) return;
+  const int gl = (threadIdx.x & 31) + 32 * half;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (!valid[r]) continue;
+#pragma unroll
+    for (int m = 0; m < (kGated ? 2 : 1); ++m) {
+      const LinearRef& L = m == 0 ? a.a : a.b;
+      l2_lines(static_cast<const uint8_t*>(L.w) + row[r] * nc * 16, first * 16, nc * 16, gl,
+               32 * kSplit);
+    }
+  }
+}
+
 // Computes, for the block (blockIdx.x, blockIdx.y), y rows as gemv.h describes. Every thread of
 // the block must call it (it synchronises); it performs the PDL wait itself. UX multiplies the
 // chunks each lane has in flight (gemv_unroll): 2 lets a row twice as long be read in one pass.
@@ -215,6 +251,9 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
 #pragma unroll
     for (int r = 0; r < R; ++r) row[r] = e * out + r0 + r;
     load(0);  // weights do not depend on earlier kernels: fetch them before the wait
+    if constexpr (W != DType::kNVFP4) {  // NVFP4's kernels keep their registers
+      if (args.l2_rest) prefetch_rest<kGated, R, U, kSplit>(args, row, valid, nc, half);
+    }
   }
   float bias_one = 0.0f;  // kTopK 2: the selection bias of expert threadIdx.x (pick_expert)
   if constexpr (kTopK == 2) {
