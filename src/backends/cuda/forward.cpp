@@ -516,7 +516,11 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     // projection requests them while attention runs. H200, ms per step (scripts/gpu.sh sweep,
     // three rounds, seventeenth session), attention exits first / lets it launch after its
     // prologue: BF16 b1 1K 2.452 / 2.384, 100K 3.166 / 3.105; but NVFP4 b1 1K 1.934 / 1.945,
-    // b2 2.793 / 2.934 and BF16 b2 3.675 / 3.774, b8 7.617 / 7.901 lost.
+    // b2 2.793 / 2.934 and BF16 b2 3.675 / 3.774, b8 7.617 / 7.901 lost. The attention blocks
+    // requesting the o weights into L2 themselves after their prologue (cp.async.bulk.prefetch.L2,
+    // split over the blocks) lost too (twenty-fourth session, sweep, five rounds, b1 1K greedy
+    // head): NVFP4 1.694 -> 1.727, BF16 2.141 -> 2.302; with the shared expert's slices as well,
+    // 1.803 and 2.416.
     aa.early_dependents = T == 1 && L.o.dtype == DType::kBF16;
     if (plan.decode) {
       // One launch: q/k norm, RoPE, the cache write of the new K/V and attention.

@@ -30,7 +30,11 @@ constexpr int kExpertTwoRowTokens = 3;
 // served) 1.703 / 1.701. Measured and not kept in the same sweeps: without the size limit (the LM
 // heads too) BF16 1K 2.147 / 2.277, no better, the FP32 head worse; NVFP4 too (its o projection's
 // second pass), 1.715 / 1.722 (three rounds); moe_down's later passes once its picks are counted,
-// 2.185 against 2.163.
+// 2.185 against 2.163. And, each in a sweep of its own (five rounds, BF16 b1 1K greedy head): the
+// BF16 qkv's first 320 blocks also requesting the rows of blocks 320-639 (its second wave),
+// 2.150 / 2.175; the routed gate/up requesting its routed slots' later passes right after the pick
+// (one request a 128-byte line), 2.140 / 2.178. Requests into L2 pay while DRAM is idle (here:
+// while attention runs or before a PDL wait) and cost while the kernel streams its own weights.
 constexpr int64_t kL2RestMaxBytes = int64_t(32) << 20;
 bool l2_rest_serves(const LinearRef& w, int num_rows) {
   return num_rows == 1 && w.dtype != DType::kNVFP4 && w.out * w.row_bytes() <= kL2RestMaxBytes;
