@@ -45,6 +45,27 @@ void check_gemv(DType dt, int rows, int64_t out, int64_t in, float scale) {
   EXPECT_LE(testing::worst_ratio(twice, want2, 2e-4, 1e-4), 1.0);
 }
 
+// silu(Wg x) * (Wu x) by gemv_gated against two cpu::linear calls (the up matrix scaled by 0.5).
+void check_gated(DType dt, int rows, int64_t out, int64_t in) {
+  SCOPED_TRACE(fmt::format("gated dtype={} rows={} out={} in={}", dt, rows, out, in));
+  const auto gb = random_weight(dt, out, in, 31), ub = random_weight(dt, out, in, 32);
+  const model::Linear g{ConstTensorView(gb.data(), dt, {out, in}), 1.0f};
+  const model::Linear u{ConstTensorView(ub.data(), dt, {out, in}), 0.5f};
+  const auto x = random_floats(rows * in, 3);
+  std::vector<float> yg(rows * out), yu(rows * out), want(rows * out);
+  ThreadPool pool(2);
+  cpu::linear(yg.data(), x.data(), rows, g, pool);
+  cpu::linear(yu.data(), x.data(), rows, u, pool);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
+  DeviceWeights owner;
+  auto rg = owner.add_linear(g, nullptr);
+  auto ru = owner.add_linear(u, nullptr);
+  ASSERT_TRUE(rg && ru);
+  DeviceArray<float> dx(x), dy(rows * out);
+  gemv_gated(dy.get(), out, dx.get(), in, rows, *rg, *ru, nullptr);
+  EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-3), 1.0);
+}
+
 TEST(Gemv, F32MatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
   for (int rows : {1, 3, 8, 13}) check_gemv(DType::kF32, rows, 129, 772, 1.0f);
@@ -110,24 +131,7 @@ TEST(Gemv, OneRowLaterPassesThroughL2MatchCpuLinear) {
   FLINT_REQUIRE_GPU();
   check_gemv(DType::kBF16, 1, 2048, 6144, 1.0f);
   check_gemv(DType::kBF16, 1, 2200, 3000, 1.0f);
-  const int64_t out = 67, in = 2048;
-  const auto gb = random_weight(DType::kBF16, out, in, 41);
-  const auto ub = random_weight(DType::kBF16, out, in, 42);
-  const model::Linear g{ConstTensorView(gb.data(), DType::kBF16, {out, in}), 1.0f};
-  const model::Linear u{ConstTensorView(ub.data(), DType::kBF16, {out, in}), 1.0f};
-  const auto x = random_floats(in, 43);
-  std::vector<float> yg(out), yu(out), want(out);
-  ThreadPool pool(2);
-  cpu::linear(yg.data(), x.data(), 1, g, pool);
-  cpu::linear(yu.data(), x.data(), 1, u, pool);
-  for (int64_t i = 0; i < out; ++i) want[i] = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
-  DeviceWeights owner;
-  auto rg = owner.add_linear(g, nullptr);
-  auto ru = owner.add_linear(u, nullptr);
-  ASSERT_TRUE(rg && ru);
-  DeviceArray<float> dx(x), dy(out);
-  gemv_gated(dy.get(), out, dx.get(), in, 1, *rg, *ru, nullptr);
-  EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-3), 1.0);
+  check_gated(DType::kBF16, 1, 67, 2048);
 }
 
 // Sub-scale bytes of every value, 0x00-0xFF: ggml reads 0x00, 0x7F and 0x80 as 0, ignores bit 7
@@ -252,24 +256,7 @@ TEST(Gemv, GatedMatchesSiluOfCpuLinears) {
   for (auto [dt, rows] :
        {std::pair{DType::kBF16, 1}, std::pair{DType::kBF16, 5}, std::pair{DType::kNVFP4, 2},
         std::pair{DType::kNVFP4, 5}, std::pair{DType::kNVFP4, 11}}) {
-    const int64_t out = 67, in = 192;
-    SCOPED_TRACE(fmt::format("dtype={} rows={}", dt, rows));
-    const auto gb = random_weight(dt, out, in, 31), ub = random_weight(dt, out, in, 32);
-    const model::Linear g{ConstTensorView(gb.data(), dt, {out, in}), 1.0f};
-    const model::Linear u{ConstTensorView(ub.data(), dt, {out, in}), 0.5f};
-    const auto x = random_floats(rows * in, 3);
-    std::vector<float> yg(rows * out), yu(rows * out), want(rows * out);
-    ThreadPool pool(2);
-    cpu::linear(yg.data(), x.data(), rows, g, pool);
-    cpu::linear(yu.data(), x.data(), rows, u, pool);
-    for (size_t i = 0; i < want.size(); ++i) want[i] = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
-    DeviceWeights owner;
-    auto rg = owner.add_linear(g, nullptr);
-    auto ru = owner.add_linear(u, nullptr);
-    ASSERT_TRUE(rg && ru);
-    DeviceArray<float> dx(x), dy(rows * out);
-    gemv_gated(dy.get(), out, dx.get(), in, rows, *rg, *ru, nullptr);
-    EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-3), 1.0);
+    check_gated(dt, rows, 67, 192);
   }
 }
 
