@@ -412,6 +412,13 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
         EXPECT_EQ(ids_pre.to_host(), ids_self.to_host());
         EXPECT_EQ(w_pre.to_host(), w_self.to_host());
         EXPECT_EQ(act_pre.to_host(), want);
+        // The gate/up on the recorded ids (no top-k, every pass loaded into registers) gives the
+        // same act rows bit for bit: at d 2048 and 2112 a BF16 row takes 4 and 5 passes, which
+        // the routed kernel reads through its shared-memory ring.
+        DeviceArray<float> act_ids(T * slots * I);
+        gemv_gated_experts(act_ids.get(), dh.get(), d, T * slots, slots, ids_self.get(), L.exp_gate,
+                           L.exp_up, nullptr, norm);
+        EXPECT_EQ(act_ids.to_host(), want);
         // Not a vacuous match: the act rows are not all zero.
         EXPECT_TRUE(std::any_of(want.begin(), want.end(), [](float v) { return v != 0.0f; }));
       }
