@@ -38,7 +38,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"persistent", "layered"}));
   cmd->add_option("--head", opts->bench.heads,
                   "LM heads of the layered decode steps: full (the FP32 logits, then argmax) and "
-                  "greedy (the arg max from the bf16 copy and the candidates' FP32 rows); default: "
+                  "greedy (the arg max from the int8 copy and the candidates' FP32 rows); default: "
                   "both on the layered path")
       ->check(CLI::IsMember({"full", "greedy"}))
       ->delimiter(',');

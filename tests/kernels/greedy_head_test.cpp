@@ -1,8 +1,10 @@
 // The greedy LM head (kernels/greedy_head.h) against the one-row FP32 GEMV and a host arg max: the
-// same token, bit for bit, on random heads, on heads with planted near-ties that bf16 cannot tell
-// apart, and on a head where every row is a candidate.
+// same token, bit for bit, on random heads, on heads with planted near-ties that the int8 copy
+// cannot tell apart, and on a head where every row is a candidate; its int8 copy, scales and
+// bounds against host arithmetic; the bound against the FP32 GEMV's logits row by row.
 #include "backends/cuda/kernels/greedy_head.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -53,23 +55,37 @@ std::vector<int32_t> reference_tokens(const Case& c) {
   return out;
 }
 
+// The greedy head's load-time copy of an FP32 head on the device.
+struct Prepared {
+  DeviceArray<int8_t> q;
+  DeviceArray<float> scales, bounds;
+  int32_t bad = 0;
+  LinearRef approx;  // the I8 copy with its row scales
+};
+
+Prepared prepare(const float* w, int64_t V, int64_t d) {
+  Prepared p{DeviceArray<int8_t>{size_t(V * d)}, DeviceArray<float>{size_t(V)},
+             DeviceArray<float>{size_t(V)}};
+  DeviceArray<int32_t> bad(std::vector<int32_t>{0});
+  const LinearRef head{DType::kF32, V, d, 1, w};
+  greedy_head_prepare(p.q.get(), p.scales.get(), p.bounds.get(), bad.get(), head, nullptr);
+  p.bad = bad.to_host()[0];
+  p.approx = head;
+  p.approx.dtype = DType::kI8;
+  p.approx.w = p.q.get();
+  p.approx.row_scale = p.scales.get();
+  return p;
+}
+
 std::vector<int32_t> greedy_tokens(const Case& c) {
   DeviceArray<float> w(c.w), x(c.x), g(c.g);
-  DeviceArray<uint16_t> hi{size_t(c.V * c.d)};
-  DeviceArray<float> norms{size_t(c.V)};
-  DeviceArray<int32_t> bad(std::vector<int32_t>{0});
   const LinearRef head{DType::kF32, c.V, c.d, 1, w.get()};
-  greedy_head_prepare(hi.get(), norms.get(), bad.get(), head, nullptr);
-  EXPECT_EQ(bad.to_host()[0], 0);
-  LinearRef approx_head = head;
-  approx_head.dtype = DType::kBF16;
-  approx_head.w = hi.get();
+  Prepared p = prepare(w.get(), c.V, c.d);
+  EXPECT_EQ(p.bad, 0);
   const int n = static_cast<int>(c.rows.size());
   DeviceArray<float> approx{size_t(n * c.V)};
   DeviceArray<int32_t> rows(c.rows), tokens{size_t(n)};
   DeviceArray<uint64_t> keys(std::vector<uint64_t>(size_t(n), 0));
-  gemv(approx.get(), c.V, x.get(), c.d, n, approx_head, false, nullptr, GemvNorm{g.get(), c.eps},
-       rows.get());
   GreedyPickArgs a;
   a.approx = approx.get();
   a.x = x.get();
@@ -78,10 +94,12 @@ std::vector<int32_t> greedy_tokens(const Case& c) {
   a.norm = g.get();
   a.eps = c.eps;
   a.head = head;
-  a.norms = norms.get();
+  a.copy = p.approx;
+  a.bounds = p.bounds.get();
   a.keys = keys.get();
   a.tokens = tokens.get();
   a.num_rows = n;
+  greedy_approx(a, nullptr);
   greedy_pick(a, nullptr);
   for (uint64_t k : keys.to_host()) EXPECT_EQ(k, 0u) << "keys are zero again for the next step";
   return tokens.to_host();
@@ -99,14 +117,14 @@ TEST(GreedyHead, PicksTheFp32ArgmaxOnRandomRowsAndPlantedNearTies) {
   FLINT_REQUIRE_GPU();
   Case c;
   c.V = 5003;  // not a multiple of a block's 256 rows or of the 128 blocks
-  c.d = 264;   // a multiple of 8, not of 32: padded staging
+  c.d = 272;   // a multiple of 16 (the I8 chunk), not of 32: padded staging
   c.w = random_floats(size_t(c.V * c.d), 7, -0.5f, 0.5f);
   c.x = random_floats(size_t(9 * c.d), 8, -2.0f, 2.0f);
   c.g = random_floats(size_t(c.d), 9, 0.9f, 1.1f);
   c.rows = {7, 0, 3, 3, 8};
   // For x rows 0, 3 and 7, a winning row (x * g, scaled) at 1000 + 700 k, a copy of it further on
   // (equal logits: the lower row wins) and, before them, a copy with a few 1-ulp changes: the FP32
-  // sums decide, where the bf16 copies are the same row.
+  // sums decide, where the int8 copies are the same row.
   const int32_t planted[3] = {0, 3, 7};
   for (int k = 0; k < 3; ++k) {
     const int64_t base = 1000 + 700 * k, copy = 4500 + k, near = 10 + k;
@@ -136,7 +154,7 @@ TEST(GreedyHead, EveryRowACandidateStillPicksTheFp32Argmax) {
   Case c;
   c.V = 3000;
   c.d = 128;
-  // Every row the same bf16 row: row r is a base row with element r % d moved by 1 + r / d ulps,
+  // Every row the same int8 row: row r is a base row with element r % d moved by 1 + r / d ulps,
   // so only the FP32 sums tell them apart and every row is a candidate.
   const std::vector<float> base = random_floats(size_t(c.d), 11, -0.5f, 0.5f);
   c.w.resize(size_t(c.V * c.d));
@@ -167,69 +185,149 @@ TEST(GreedyHead, ZeroRowGivesTokenZeroAsArgmaxDoes) {
   EXPECT_EQ(greedy_tokens(c), want);
 }
 
-uint16_t host_bf16_rn(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+// The copy against host float arithmetic (the same IEEE division and rounding): codes and scales
+// bit for bit; bounds at least ||W_r - s_r Q_r|| (1 + g) + g ||W_r|| in long double and within
+// 1e-6 of it; a zero row and a row too small for a normal scale coded as zeros (bound: the row's
+// own norm); a row of one outlier; FLT_MAX coded (its bound is finite), an infinity or a NaN
+// flagged.
+TEST(GreedyHead, PrepareCodesRowsAsTheHostAndBoundsTheirError) {
+  FLINT_REQUIRE_GPU();
+  const int64_t V = 37, d = 80;
+  std::vector<float> w = random_floats(size_t(V * d), 31, -3.0f, 3.0f);
+  for (int64_t i = 0; i < d; ++i) {
+    w[4 * d + i] = 0.0f;                             // a zero row
+    w[5 * d + i] = 1e-39f * float(i % 5 - 2);        // subnormal: the scale would not be normal
+    w[6 * d + i] = i == 7 ? 1000.0f : w[6 * d + i];  // one outlier: coarse codes, a wide bound
+  }
+  DeviceArray<float> dw(w);
+  Prepared p = prepare(dw.get(), V, d);
+  EXPECT_EQ(p.bad, 0);
+  const std::vector<int8_t> q = p.q.to_host();
+  const std::vector<float> sc = p.scales.to_host(), bd = p.bounds.to_host();
+  const long double g = (2.0L * d + 256) * 0x1p-24L;
+  for (int64_t r = 0; r < V; ++r) {
+    float mx = 0.0f;
+    for (int64_t i = 0; i < d; ++i) mx = std::max(mx, std::fabs(w[r * d + i]));
+    float s = mx / 127.0f;
+    if (!(s >= FLT_MIN)) s = 0.0f;
+    ASSERT_EQ(sc[r], s) << "row " << r;
+    long double se = 0, sw = 0;
+    for (int64_t i = 0; i < d; ++i) {
+      const float v = w[r * d + i];
+      const float t = s > 0 ? std::min(std::max(std::rint(v / s), -127.0f), 127.0f) : 0.0f;
+      ASSERT_EQ(q[r * d + i], static_cast<int8_t>(t)) << "row " << r << " col " << i;
+      const long double e = (long double)v - (long double)t * s;
+      se += e * e;
+      sw += (long double)v * v;
+    }
+    const long double want = std::sqrt(se) * (1 + g) + g * std::sqrt(sw);
+    EXPECT_GE((long double)bd[r], want) << "row " << r;
+    EXPECT_LE((long double)bd[r], want * (1 + 1e-6L)) << "row " << r;
+  }
+  EXPECT_EQ(sc[4], 0.0f);
+  EXPECT_EQ(bd[4], 0.0f);
+  EXPECT_EQ(sc[5], 0.0f);
+  EXPECT_GT(bd[5], 0.0f);
+  EXPECT_EQ(q[6 * d + 7], 127);
+  for (float v : {FLT_MAX, INFINITY, std::nanf("")}) {
+    std::vector<float> w2 = w;
+    w2[3 * d + 4] = v;
+    DeviceArray<float> dw2(w2);
+    Prepared p2 = prepare(dw2.get(), V, d);
+    EXPECT_EQ(p2.bad, v == FLT_MAX ? 0 : 1) << v;
+    if (v == FLT_MAX) {
+      EXPECT_EQ(p2.scales.to_host()[3], FLT_MAX / 127.0f);
+      EXPECT_EQ(p2.q.to_host()[3 * d + 4], 127);
+    }
+  }
 }
 
-TEST(GreedyHead, PrepareRoundsToNearestBoundsTheNormsAndFlagsValuesPastBf16) {
+// Every row's approximate logit (greedy_approx at 1, 2, 3 and 8 rows a launch, rows of 400: a
+// partial pass of its 2048-weight items) is within B_r of the one-row FP32 GEMV's, with X = ||x'||
+// from a host double sum: the inequality the pick rests on, on random rows, rows with an outlier
+// and rows of very different magnitudes.
+TEST(GreedyHead, ApproximateLogitsStayWithinTheirBound) {
   FLINT_REQUIRE_GPU();
-  const int64_t V = 37, d = 72;
-  std::vector<float> w = random_floats(size_t(V * d), 31, -3.0f, 3.0f);
-  w[5] = 1.0f + 0x1p-8f;      // a tie: rounds to even (1.0)
-  w[6] = 1.0f + 3 * 0x1p-8f;  // a tie: rounds to even (1 + 2^-6)
-  DeviceArray<float> dw(w);
-  DeviceArray<uint16_t> hi{size_t(V * d)};
-  DeviceArray<float> norms{size_t(V)};
-  DeviceArray<int32_t> bad(std::vector<int32_t>{0});
-  greedy_head_prepare(hi.get(), norms.get(), bad.get(), LinearRef{DType::kF32, V, d, 1, dw.get()},
-                      nullptr);
-  const std::vector<uint16_t> h = hi.to_host();
-  const std::vector<float> n = norms.to_host();
-  EXPECT_EQ(bad.to_host()[0], 0);
-  for (int64_t i = 0; i < V * d; ++i) ASSERT_EQ(h[i], host_bf16_rn(w[i])) << i;
-  EXPECT_EQ(h[5], 0x3f80);
-  EXPECT_EQ(h[6], 0x3f82);
-  for (int64_t r = 0; r < V; ++r) {
-    long double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += (long double)w[r * d + i] * w[r * d + i];
-    const double exact = std::sqrt(static_cast<double>(ss));
-    EXPECT_GE(n[r], exact) << r;
-    EXPECT_LE(n[r], exact * (1 + 1e-6)) << r;
+  const int64_t V = 1501, d = 400;  // odd: a two-row group past the end
+  std::vector<float> w = random_floats(size_t(V * d), 41, -0.5f, 0.5f);
+  for (int64_t r = 0; r < V; r += 7) w[r * d + (r % d)] = 40.0f;  // outliers
+  for (int64_t r = 3; r < V; r += 11) {
+    for (int64_t i = 0; i < d; ++i) w[r * d + i] *= 1e-3f;  // small rows
   }
-  // FLT_MAX rounds past bf16's largest value: the greedy head must not be used.
-  w[3 * d + 4] = FLT_MAX;
-  DeviceArray<float> dw2(w);
-  DeviceArray<int32_t> bad2(std::vector<int32_t>{0});
-  greedy_head_prepare(hi.get(), norms.get(), bad2.get(), LinearRef{DType::kF32, V, d, 1, dw2.get()},
-                      nullptr);
-  EXPECT_EQ(bad2.to_host()[0], 1);
+  const std::vector<float> x = random_floats(size_t(8 * d), 42, -3.0f, 3.0f);
+  const std::vector<float> gw = random_floats(size_t(d), 43, 0.5f, 1.5f);
+  DeviceArray<float> dw(w), dx(x), dg(gw), y(V);
+  Prepared p = prepare(dw.get(), V, d);
+  ASSERT_EQ(p.bad, 0);
+  const std::vector<float> bd = p.bounds.to_host();
+  const float eps = 1e-5f;
+  const LinearRef head{DType::kF32, V, d, 1, dw.get()};
+  double worst = 0.0;
+  for (int n : {1, 2, 3, 8}) {
+    DeviceArray<float> approx(std::vector<float>(size_t(n * V), NAN));
+    GreedyPickArgs ga;
+    ga.approx = approx.get();
+    ga.x = dx.get();
+    ga.x_stride = d;
+    ga.x_rows = nullptr;  // row t
+    ga.norm = dg.get();
+    ga.eps = eps;
+    ga.head = head;
+    ga.copy = p.approx;
+    ga.num_rows = n;
+    greedy_approx(ga, nullptr);
+    const std::vector<float> a = approx.to_host();
+    for (int t = 0; t < n; ++t) {
+      gemv(y.get(), V, dx.get() + t * d, d, 1, head, false, nullptr, GemvNorm{dg.get(), eps});
+      const std::vector<float> l = y.to_host();
+      double ms = 0, xx = 0;
+      for (int64_t i = 0; i < d; ++i) ms += double(x[t * d + i]) * x[t * d + i];
+      const double inv = 1.0 / std::sqrt(ms / d + eps);
+      for (int64_t i = 0; i < d; ++i) xx += std::pow(double(x[t * d + i]) * gw[i] * inv, 2);
+      const double X = std::sqrt(xx);
+      for (int64_t r = 0; r < V; ++r) {
+        const double err = std::fabs(double(a[t * V + r]) - double(l[r]));
+        ASSERT_LE(err, X * bd[r]) << "rows " << n << " row " << t << " head row " << r;
+        worst = std::max(worst, err / (X * bd[r]));
+      }
+    }
+  }
+  // The bound is not vacuous: some row uses a good part of it.
+  EXPECT_GT(worst, 0.01);
 }
 
 // Calls outside the launchers' contract stop with the reason before any launch (so no device is
 // needed): a head that is not one FP32 matrix, 0 or more than 32 logits rows, a missing buffer.
 TEST(GreedyHead, CallsOutsideTheContractStop) {
   const int64_t V = 16, d = 8;
-  std::vector<float> w(V * d), x(d), approx(V), norms(V);
-  std::vector<uint16_t> hi(V * d);
+  std::vector<float> w(V * d), x(d), approx(V), scales(V), bounds(V);
+  std::vector<int8_t> q(V * d);
   std::vector<uint64_t> keys(2);
   std::vector<int32_t> tokens(2), bad(1);
   const LinearRef head{DType::kF32, V, d, 1, w.data()};
   LinearRef bf16 = head;
   bf16.dtype = DType::kBF16;
-  EXPECT_DEATH(greedy_head_prepare(hi.data(), norms.data(), bad.data(), bf16, nullptr),
-               "greedy_head_prepare: an FP32 matrix");
+  EXPECT_DEATH(
+      greedy_head_prepare(q.data(), scales.data(), bounds.data(), bad.data(), bf16, nullptr),
+      "greedy_head_prepare: an FP32 matrix");
   LinearRef stack = head;
   stack.num_experts = 2;
-  EXPECT_DEATH(greedy_head_prepare(hi.data(), norms.data(), bad.data(), stack, nullptr),
-               "greedy_head_prepare: an FP32 matrix");
+  EXPECT_DEATH(
+      greedy_head_prepare(q.data(), scales.data(), bounds.data(), bad.data(), stack, nullptr),
+      "greedy_head_prepare: an FP32 matrix");
+  LinearRef odd = head;  // rows of 8: not a multiple of the I8 GEMV's 16
+  EXPECT_DEATH(
+      greedy_head_prepare(q.data(), scales.data(), bounds.data(), bad.data(), odd, nullptr),
+      "in % 16 == 0");
+  EXPECT_DEATH(greedy_head_prepare(q.data(), scales.data(), nullptr, bad.data(),
+                                   LinearRef{DType::kF32, V, 16, 1, w.data()}, nullptr),
+               "greedy_head_prepare: null buffer");
   GreedyPickArgs a;
   a.approx = approx.data();
   a.x = x.data();
   a.x_stride = d;
   a.head = head;
-  a.norms = norms.data();
+  a.bounds = bounds.data();
   a.keys = keys.data();
   a.tokens = tokens.data();
   a.num_rows = 1;
@@ -245,7 +343,32 @@ TEST(GreedyHead, CallsOutsideTheContractStop) {
   b.keys = nullptr;
   EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: null buffer");
   b = a;
-  b.norms = nullptr;
+  b.bounds = nullptr;
+  EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: null buffer");
+  // greedy_approx: an I8 copy with row scales, of the head's shape.
+  std::vector<int8_t> q16(V * 16);
+  std::vector<float> x16(16);
+  const LinearRef head16{DType::kF32, V, 16, 1, w.data()};
+  LinearRef copy{DType::kI8, V, 16, 1, q16.data()};
+  copy.row_scale = scales.data();
+  b = a;
+  b.head = head16;
+  b.x = x16.data();
+  b.copy = copy;
+  b.copy.row_scale = nullptr;
+  EXPECT_DEATH(greedy_approx(b, nullptr), "greedy_approx: an I8 copy \\[16, 16\\] with row scales");
+  b.copy = copy;
+  b.copy.dtype = DType::kBF16;
+  EXPECT_DEATH(greedy_approx(b, nullptr), "greedy_approx: an I8 copy");
+  b.copy = copy;
+  b.copy.in = 32;
+  EXPECT_DEATH(greedy_approx(b, nullptr), "greedy_approx: an I8 copy");
+  b.copy = copy;
+  b.num_rows = 33;
+  EXPECT_DEATH(greedy_approx(b, nullptr), "greedy_approx: an I8 copy .* 33 rows");
+  b.num_rows = 1;
+  b.approx = nullptr;
+  EXPECT_DEATH(greedy_approx(b, nullptr), "greedy_approx: null buffer");
   EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: null buffer");
 }
 

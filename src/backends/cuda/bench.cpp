@@ -83,9 +83,9 @@ StepBytes step_bytes(const DeviceWeights& w, CudaForward& f, int batch, int64_t 
       b.weights += L.sh_gate.matrix_bytes() + L.sh_up.matrix_bytes() + L.sh_down.matrix_bytes();
     }
   }
-  // The greedy head reads the bf16 copy and the row norms (and the few candidate rows in FP32,
-  // not counted).
-  b.weights += greedy_head ? w.greedy_head()->matrix_bytes() + 4.0 * w.lm_head().out
+  // The greedy head reads the int8 copy, its row scales and bounds (and the few candidate rows in
+  // FP32, not counted).
+  b.weights += greedy_head ? w.greedy_head()->matrix_bytes() + 8.0 * w.lm_head().out
                            : w.lm_head().matrix_bytes();
   const double kv_row = 2.0 * c.num_kv_heads * c.head_dim * 2;  // K and V, bf16
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

@@ -655,25 +655,24 @@ void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
   const int64_t d = c.hidden_size;
   const int n = plan.num_logits;
   if (plan.greedy) {
-    // kernels/greedy_head.h: the bf16 copy's logits, then the exact FP32 logits of the rows whose
+    // kernels/greedy_head.h: the int8 copy's logits, then the exact FP32 logits of the rows whose
     // error bound leaves them in the running.
     FLINT_CHECK(greedy_head_serves(plan),
                 "enqueue_lm_head: a greedy plan of {} rows without a greedy head", n);
-    const GemvNorm norm{w_.final_norm(), c.rms_norm_eps};
-    gemv(ws_greedy_approx_, c.vocab_size, ws_h_, d, n, *w_.greedy_head(), false, s, norm,
-         d_logit_rows_);
     GreedyPickArgs g;
     g.approx = ws_greedy_approx_;
     g.x = ws_h_;
     g.x_stride = d;
     g.x_rows = d_logit_rows_;
-    g.norm = norm.weight;
-    g.eps = norm.eps;
+    g.norm = w_.final_norm();
+    g.eps = c.rms_norm_eps;
     g.head = w_.lm_head();
-    g.norms = w_.greedy_norms();
+    g.copy = *w_.greedy_head();
+    g.bounds = w_.greedy_bounds();
     g.keys = d_greedy_keys_;
     g.tokens = d_greedy_tokens_;
     g.num_rows = n;
+    greedy_approx(g, s);
     greedy_pick(g, s);
     return;
   }

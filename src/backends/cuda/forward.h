@@ -114,7 +114,7 @@ class CudaForward {
   void enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer* timer);
 
   const float* logits() const { return ws_logits_; }  // [num_logits, vocab_size] f32
-  // Whether the plan's logits rows can take the greedy head: an FP32 LM head with its bf16 copy
+  // Whether the plan's logits rows can take the greedy head: an FP32 LM head with its int8 copy
   // (DeviceWeights::greedy_head), 1..kLmHeadGemvRows rows, the layered or prefill path.
   bool greedy_head_serves(const StepPlan& plan) const;
   // [num_logits] after a plan.greedy step: each row's arg max, as argmax over logits() would pick

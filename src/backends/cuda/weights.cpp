@@ -73,39 +73,46 @@ class WeightBuilder {
     return p;
   }
 
-  // The greedy LM head's bf16 copy and row norms (kernels/greedy_head.h), for an FP32 head whose
-  // values are on the device (stream-ordered before s_). Made after every other weight, so that it
-  // never costs a model its load; left out (greedy_head_missing says why, the backend warns) when
-  // the device has no room for it or a value does not fit a finite bf16: greedy steps then read
-  // the whole head, as sampling steps do.
+  // The greedy LM head's int8 copy, row scales and bound coefficients (kernels/greedy_head.h), for
+  // an FP32 head whose values are on the device (stream-ordered before s_). Made after every other
+  // weight, so that it never costs a model its load; left out (greedy_head_missing says why, the
+  // backend warns) when the device has no room for it, the rows are not a multiple of the I8
+  // GEMV's 16-byte chunks, or a weight or bound is not finite: greedy steps then read the whole
+  // head, as sampling steps do.
   Status add_greedy_head() {
     const LinearRef& h = dw_.lm_head_;
-    if (h.dtype != DType::kF32 || h.num_experts != 1 || h.row_scale != nullptr || h.in % 8 != 0 ||
-        h.out == 0) {
+    if (h.dtype != DType::kF32 || h.num_experts != 1 || h.row_scale != nullptr || h.out == 0) {
       return ok();
     }
-    auto hi = DeviceBuffer::allocate(size_t(h.out * h.in) * 2);
-    auto nb = DeviceBuffer::allocate(size_t(h.out) * sizeof(float) + 16);
+    if (h.in % kGreedyChunkElems != 0) {
+      dw_.greedy_head_missing_ =
+          fmt::format("its rows of {} are not a multiple of {}", h.in, kGreedyChunkElems);
+      return ok();
+    }
+    auto hi = DeviceBuffer::allocate(size_t(h.out * h.in));
+    auto nb = DeviceBuffer::allocate(size_t(h.out) * 2 * sizeof(float) + 16);
     if (!hi || !nb) {
-      dw_.greedy_head_missing_ = fmt::format("no room for its {} MiB", (h.out * h.in * 2) >> 20);
+      dw_.greedy_head_missing_ = fmt::format("no room for its {} MiB", (h.out * h.in) >> 20);
       return ok();
     }
-    float* norms = nb->as<float>();
-    int32_t* bad = reinterpret_cast<int32_t*>(norms + h.out);
+    float* scales = nb->as<float>();
+    float* bounds = scales + h.out;
+    int32_t* bad = reinterpret_cast<int32_t*>(bounds + h.out);
     FLINT_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), s_));
-    greedy_head_prepare(hi->as<uint16_t>(), norms, bad, h, s_);
+    greedy_head_prepare(hi->as<int8_t>(), scales, bounds, bad, h, s_);
     int32_t host_bad = 0;
     FLINT_CUDA_CHECK(cudaMemcpyAsync(&host_bad, bad, sizeof host_bad, cudaMemcpyDeviceToHost, s_));
     FLINT_CUDA_CHECK(cudaStreamSynchronize(s_));
     if (host_bad != 0) {
-      dw_.greedy_head_missing_ = "the LM head has values past bf16's range";
+      dw_.greedy_head_missing_ = "the LM head has a value or a row bound that is not finite";
       return ok();
     }
     LinearRef g = h;
-    g.dtype = DType::kBF16;
+    g.dtype = DType::kI8;
     g.w = hi->data();
+    g.row_scale = scales;
     dw_.greedy_head_ = g;
-    dw_.greedy_norms_ = norms;
+    dw_.greedy_bounds_ = bounds;
     dw_.bytes_ += static_cast<int64_t>(hi->size() + nb->size());
     dw_.buffers_.push_back(std::move(hi).value());
     dw_.buffers_.push_back(std::move(nb).value());

@@ -63,12 +63,13 @@ class DeviceWeights {
   DType embed_dtype() const { return embed_dtype_; }
   const float* final_norm() const { return final_norm_; }
   const LinearRef& lm_head() const { return lm_head_; }
-  // The greedy head (kernels/greedy_head.h): the FP32 LM head's bf16 copy and its rows' norms, or
-  // null (a head of another dtype, or one made without them).
+  // The greedy head (kernels/greedy_head.h): the FP32 LM head's int8 copy (I8, its row scales in
+  // row_scale) and its rows' bound coefficients, or null (a head of another dtype, or one made
+  // without them).
   const LinearRef* greedy_head() const {
-    return greedy_norms_ != nullptr ? &greedy_head_ : nullptr;
+    return greedy_bounds_ != nullptr ? &greedy_head_ : nullptr;
   }
-  const float* greedy_norms() const { return greedy_norms_; }
+  const float* greedy_bounds() const { return greedy_bounds_; }
   // Why an FP32 head has no greedy copy (empty when it has one, or the head is not FP32).
   const std::string& greedy_head_missing() const { return greedy_head_missing_; }
   int num_shared_slots() const { return num_shared_slots_; }
@@ -87,7 +88,7 @@ class DeviceWeights {
   const float* final_norm_ = nullptr;
   LinearRef lm_head_;
   LinearRef greedy_head_;
-  const float* greedy_norms_ = nullptr;
+  const float* greedy_bounds_ = nullptr;
   std::string greedy_head_missing_;
   int num_shared_slots_ = 0;
   int64_t bytes_ = 0;

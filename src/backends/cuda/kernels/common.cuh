@@ -206,6 +206,48 @@ struct Chunk<DType::kBF16> {
   __device__ __forceinline__ void decode(float (&w)[kElems]) const { bf16x8_to_f32(raw, w); }
 };
 
+// 16 consecutive int8 weights (the greedy LM head's copy; its per-row scale multiplies the sum).
+template <>
+struct Chunk<DType::kI8> {
+  static constexpr int kElems = 16;
+  uint4 raw;
+  __device__ __forceinline__ void load(const LinearRef& L, int64_t row, int64_t c) {
+    raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const int8_t*>(L.w) + row * L.in) + c);
+  }
+  // The 4 bytes of v as floats, exactly: with the sign bit flipped, byte b reads b + 128, and
+  // 0x4B0000 followed by it is the float 2^23 + b + 128.
+  __device__ __forceinline__ static float4 to_f32(uint32_t v) {
+    const uint32_t u = v ^ 0x80808080u;
+    constexpr float kBias = 8388736.0f;  // 2^23 + 128
+    return make_float4(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - kBias,
+                       __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - kBias,
+                       __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - kBias,
+                       __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - kBias);
+  }
+  __device__ __forceinline__ float dot(const float* x, const float*) const {
+    const uint32_t v[4] = {raw.x, raw.y, raw.z, raw.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float4 f = to_f32(v[k]);
+      const float4 a = *reinterpret_cast<const float4*>(x + 4 * k);
+      s += f.x * a.x + f.y * a.y + f.z * a.z + f.w * a.w;
+    }
+    return s;
+  }
+  __device__ __forceinline__ void decode(float (&w)[kElems]) const {
+    const uint32_t v[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float4 f = to_f32(v[k]);
+      w[4 * k] = f.x;
+      w[4 * k + 1] = f.y;
+      w[4 * k + 2] = f.z;
+      w[4 * k + 3] = f.w;
+    }
+  }
+};
+
 // 32 consecutive NVFP4 weights: half a ggml block (two 16-element sub-blocks, 16 code bytes and
 // 2 scale bytes). Byte t < 8 holds elements t (low) and t+8 (high); byte 8+t holds 16+t and 24+t.
 template <>

@@ -1,6 +1,4 @@
 // The greedy LM head's load-time copy and its per-step pick (greedy_head.h).
-#include <cuda_bf16.h>
-
 #include <cfloat>
 
 #include "backends/cuda/cuda_check.h"
@@ -23,35 +21,169 @@ constexpr int kMaxSmemBytes = 200 * 1024;  // the staged row, as gemv allows it
 static_assert(kF32Unroll == dev::gemv_unroll<DType::kF32, false, 1>(),
               "greedy_pick sums the FP32 head's rows as gemv does");
 
-// One warp a row: the bf16 copy, and the norm as a double sum rounded up to a float.
+// One warp a row: the largest |w| (and whether every w is finite), then the int8 codes and the
+// double sums of the error's and the row's squares.
 __global__ void __launch_bounds__(kThreads)
-    greedy_prepare_kernel(uint16_t* __restrict__ hi, float* __restrict__ norms, int32_t* bad,
-                          const float* __restrict__ w, int64_t V, int64_t d) {
+    greedy_prepare_kernel(int8_t* __restrict__ q, float* __restrict__ scales,
+                          float* __restrict__ bounds, int32_t* bad, const float* __restrict__ w,
+                          int64_t V, int64_t d) {
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (r >= V) return;
   const float4* src = reinterpret_cast<const float4*>(w + r * d);
-  uint2* dst = reinterpret_cast<uint2*>(hi + r * d);
-  double ss = 0.0;
+  float mx = 0.0f;
   bool finite = true;
   for (int64_t j = lane; j < d / 4; j += 32) {
     const float4 v = src[j];
-    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-    finite = finite && isfinite(__low2float(a)) && isfinite(__high2float(a)) &&
-             isfinite(__low2float(b)) && isfinite(__high2float(b));
-    dst[j] =
-        make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
-    ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
+    finite = finite && isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w);
+    mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+  }
+  mx = dev::warp_max(mx);
+  finite = __all_sync(0xffffffffu, finite);
+  // A scale that is not a normal float (a zero or tiny row) codes the row as zeros: its error is
+  // then the row itself, which the bound takes in.
+  float sc = __fdiv_rn(mx, 127.0f);
+  if (!(sc >= FLT_MIN) || !finite) sc = 0.0f;
+  char4* dst = reinterpret_cast<char4*>(q + r * d);
+  double se = 0.0, sw = 0.0;
+  for (int64_t j = lane; j < d / 4; j += 32) {
+    const float4 v = src[j];
+    const float x[4] = {v.x, v.y, v.z, v.w};
+    signed char c[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float t = sc > 0.0f ? fminf(fmaxf(rintf(__fdiv_rn(x[k], sc)), -127.0f), 127.0f) : 0.0f;
+      c[k] = static_cast<signed char>(t);
+      const double e = double(x[k]) - double(t) * double(sc);  // exact: 8 bits times 24
+      se += e * e;
+      sw += double(x[k]) * x[k];
+    }
+    dst[j] = make_char4(c[0], c[1], c[2], c[3]);
   }
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  // A double sum of d float squares (each exact in a double) is within d * 2^-53 of exact
-  // (relative): the factor 1 + d * 2^-52 covers that, and the square root and the float
-  // conversion both round up, so the norm is at least ||W_r||.
-  const float n = __double2float_ru(__dsqrt_ru(ss * (1.0 + double(d) * 0x1p-52)));
-  if (lane == 0) norms[r] = n;
-  if (!__all_sync(0xffffffffu, finite) || !isfinite(n)) {
+  for (int o = 16; o > 0; o >>= 1) {
+    se += __shfl_xor_sync(0xffffffffu, se, o);
+    sw += __shfl_xor_sync(0xffffffffu, sw, o);
+  }
+  // beta = ||e|| (1 + g) + g ||W||, g = (2 d + 256) 2^-24 (greedy_head.h). The double sums of d
+  // squares are within d 2^-53 of exact (relative), the square roots round up, and the factor
+  // 1 + 2^-40 covers the few double roundings after them; the float rounds up.
+  const double g = double(2 * d + 256) * 0x1p-24, widen = 1.0 + double(d) * 0x1p-52;
+  const double beta =
+      (__dsqrt_ru(se * widen) * (1.0 + g) + g * __dsqrt_ru(sw * widen)) * (1.0 + 0x1p-40);
+  const float bf = __double2float_ru(beta);
+  if (lane == 0) {
+    scales[r] = sc;
+    bounds[r] = bf;
+  }
+  if (!finite || !isfinite(bf)) {
     if (lane == 0) *bad = 1;
+  }
+}
+
+// greedy_approx: a warp dots R rows of the copy at a time, each lane U 16-byte chunks of each
+// (32 x 16 U weights of a row per item, an item being one pass over the R rows); a warp walks row
+// groups warp, warp + step, ... (step: the warps of the grid, one wave), loading its next item
+// before it dots the current one. The staged x rows are read from shared memory once per chunk
+// for all R rows: at 4-8 x rows the kernel is bound by those reads, and R 2 halves them.
+template <int NB, int R, int U>
+__global__ void __launch_bounds__(kThreads, NB <= 2 ? 3 : 2)
+    greedy_approx_kernel(GreedyPickArgs a, int64_t step) {
+  using C = dev::Chunk<DType::kI8>;
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  dev::pdl_launch_dependents();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = blockIdx.y;
+  const LinearRef& q = a.copy;
+  const int64_t K = q.in, V = q.out, PK = dev::padded_len(K), nc = K / C::kElems;
+  const int P = static_cast<int>((nc + 32 * U - 1) / (32 * U));
+  auto load = [&](C(&w)[R][U], int64_t row, int p) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t c = int64_t(p) * 32 * U + lane + 32 * u;
+        if (row + j < V && c < nc) w[j][u].load(q, row + j, c);
+      }
+    }
+  };
+  int64_t r = (int64_t(blockIdx.x) * kWarps + warp) * R;
+  int p = 0;
+  C cur[R][U], nxt[R][U];
+  if (r < V) load(cur, r, 0);  // the copy does not depend on earlier kernels
+  dev::NormPrefetch pf;
+  dev::prefetch_norm(pf, a.norm, K);
+  dev::pdl_wait();
+  const int nb = min(NB, a.num_rows - g * NB);
+  int64_t xrow[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    const int t = g * NB + i;
+    xrow[i] = i < nb ? (a.x_rows != nullptr ? a.x_rows[t] : t) : 0;
+  }
+  dev::stage_rows<NB>(xs, PK, a.x, a.x_stride, xrow, nb, K, a.norm, pf);
+  float inv[NB], acc[R][NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    inv[i] = a.norm != nullptr && i < nb ? dev::staged_inv<NB, kWarps>(i, K, a.eps) : 1.0f;
+#pragma unroll
+    for (int j = 0; j < R; ++j) acc[j][i] = 0.0f;
+  }
+  while (r < V) {
+    int64_t rn = r;
+    int pn = p + 1;
+    if (pn == P) {
+      pn = 0;
+      rn = r + step;
+    }
+    if (rn < V) load(nxt, rn, pn);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = int64_t(p) * 32 * U + lane + 32 * u;
+      if (c >= nc) continue;
+      const float* xc = xs + dev::pad_idx(c * C::kElems);
+      if constexpr (NB == 1 && R == 1) {
+        acc[0][0] += cur[0][u].dot(xc, nullptr);
+      } else {
+        float wf[R][C::kElems];
+#pragma unroll
+        for (int j = 0; j < R; ++j) cur[j][u].decode(wf[j]);
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+          if (i >= nb) continue;
+#pragma unroll
+          for (int k = 0; k < C::kElems; k += 4) {
+            const float4 x4 = *reinterpret_cast<const float4*>(xc + i * PK + k);
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+              acc[j][i] +=
+                  wf[j][k] * x4.x + wf[j][k + 1] * x4.y + wf[j][k + 2] * x4.z + wf[j][k + 3] * x4.w;
+            }
+          }
+        }
+      }
+    }
+    if (p == P - 1) {
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        const bool live = r + j < V;
+        const float sc = live ? dev::row_scale(q, r + j) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < NB; ++i) {
+          // As gemv scales a row: (sum * s) * inv.
+          const float v = dev::warp_sum(acc[j][i]) * sc * inv[i];
+          if (live && lane == i && i < nb) a.approx[int64_t(g * NB + i) * V + r + j] = v;
+          acc[j][i] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[j][u] = nxt[j][u];
+    }
+    r = rn;
+    p = pn;
   }
 }
 
@@ -90,14 +222,16 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
   float tot = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) tot += s_ss[w];
-  const float bx = kGreedyBound * sqrtf(tot) * inv;  // B_r = bx * norms[r]
+  // X >= ||x'||: the float sum of squares is within d 2^-24 of exact, the factor covers that up to
+  // d = 2^16 (and the square root's and the product's roundings). B_r = bx * bounds[r].
+  const float bx = sqrtf(tot) * inv * (1.0f + 0x1p-8f);
   const float* ap = a.approx + int64_t(t) * V;
   // M: the largest a_r - B_r of this block's rows. Each is at most its l_r, so M is at most the
   // largest logit: a lower bound the winner's a_r + B_r reaches, from the block that holds it.
   const int64_t begin = int64_t(blockIdx.x) * slice, end = min(V, begin + slice);
   float lo = __int_as_float(0xff800000);  // -inf
   for (int64_t r = begin + threadIdx.x; r < end; r += kThreads) {
-    lo = fmaxf(lo, __ldcg(ap + r) - bx * __ldg(a.norms + r));
+    lo = fmaxf(lo, __ldcg(ap + r) - bx * __ldg(a.bounds + r));
   }
   lo = dev::warp_max(lo);
   __syncthreads();  // s_ss is read above
@@ -127,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
   uint64_t best = 0;
   for (int64_t base = begin + warp * 32; base < end; base += kThreads) {
     const int64_t r = base + lane;
-    const bool cand = r < end && (all || !(__ldcg(ap + r) + bx * __ldg(a.norms + r) < M));
+    const bool cand = r < end && (all || !(__ldcg(ap + r) + bx * __ldg(a.bounds + r) < M));
     for (uint32_t mask = __ballot_sync(0xffffffffu, cand); mask != 0; mask &= mask - 1) {
       const int64_t rc = base + __ffs(mask) - 1;
       const uint64_t k = pick_key(exact(rc), rc);
@@ -156,17 +290,75 @@ __global__ void greedy_finish_kernel(uint64_t* keys, int32_t* tokens, int n) {
   keys[t] = 0;
 }
 
+// One or two x rows: a row a warp, 4 chunks a lane (2048 weights an item); 3-8: two rows a warp,
+// 2 chunks a lane (R 2 with the registers of R 1).
+template <int NB>
+void launch_approx(const GreedyPickArgs& a, size_t smem, cudaStream_t s) {
+  constexpr int R = NB <= 2 ? 1 : 2;
+  const auto kernel = greedy_approx_kernel<NB, R, 4 / R>;
+  static const bool configured = [kernel] {
+    FLINT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
+    return true;
+  }();
+  (void)configured;
+  // One wave: as many blocks as reside at once (device attributes only: safe in graph capture).
+  int per_sm = 0;
+  FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  FLINT_CHECK(per_sm > 0, "greedy_approx: no SM holds a block of {} bytes", smem);
+  const int64_t blocks =
+      std::min<int64_t>(ceil_div(a.copy.out, kWarps * R), int64_t(per_sm) * device_sm_count());
+  const unsigned groups = static_cast<unsigned>(ceil_div(a.num_rows, NB));
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks), groups), dim3(kThreads), smem, s, a,
+             blocks * kWarps * R);
+}
+
 }  // namespace
 
-void greedy_head_prepare(uint16_t* hi, float* norms, int32_t* bad, const LinearRef& w,
+void greedy_head_prepare(int8_t* q, float* scales, float* bounds, int32_t* bad, const LinearRef& w,
                          cudaStream_t s) {
   FLINT_CHECK(w.dtype == DType::kF32 && w.num_experts == 1 && w.row_scale == nullptr &&
-                  w.in % 4 == 0 && w.w != nullptr,
-              "greedy_head_prepare: an FP32 matrix [{}, {}] without row scales", w.out, w.in);
+                  w.in % kGreedyChunkElems == 0 && w.w != nullptr,
+              "greedy_head_prepare: an FP32 matrix [{}, {}] without row scales, in % {} == 0",
+              w.out, w.in, kGreedyChunkElems);
+  FLINT_CHECK(q != nullptr && scales != nullptr && bounds != nullptr && bad != nullptr,
+              "greedy_head_prepare: null buffer");
   if (w.out == 0) return;
   const auto blocks = static_cast<unsigned>(ceil_div(w.out, kWarps));
-  greedy_prepare_kernel<<<blocks, kThreads, 0, s>>>(hi, norms, bad, static_cast<const float*>(w.w),
-                                                    w.out, w.in);
+  greedy_prepare_kernel<<<blocks, kThreads, 0, s>>>(q, scales, bounds, bad,
+                                                    static_cast<const float*>(w.w), w.out, w.in);
+  FLINT_CUDA_CHECK(cudaGetLastError());
+}
+
+void greedy_approx(const GreedyPickArgs& a, cudaStream_t s) {
+  const LinearRef& q = a.copy;
+  FLINT_CHECK(q.dtype == DType::kI8 && q.num_experts == 1 && q.w != nullptr &&
+                  q.row_scale != nullptr && q.in % kGreedyChunkElems == 0 && q.out > 0 &&
+                  q.in == a.head.in && q.out == a.head.out && a.num_rows >= 1 && a.num_rows <= 32,
+              "greedy_approx: an I8 copy [{}, {}] with row scales of the head [{}, {}], {} rows",
+              q.out, q.in, a.head.out, a.head.in, a.num_rows);
+  FLINT_CHECK(a.approx != nullptr && a.x != nullptr, "greedy_approx: null buffer");
+  FLINT_CHECK(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0 &&
+                  reinterpret_cast<uintptr_t>(q.w) % 16 == 0,
+              "greedy_approx: rows must be 16-byte aligned (stride {})", a.x_stride);
+  const int nb = a.num_rows >= 8 ? 8 : a.num_rows > 2 ? 4 : a.num_rows;
+  const size_t smem = size_t(nb) * size_t(dev::padded_len(q.in)) * sizeof(float);
+  FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "greedy_approx: rows of {} are too long to stage",
+              q.in);
+  switch (nb) {
+    case 1:
+      launch_approx<1>(a, smem, s);
+      break;
+    case 2:
+      launch_approx<2>(a, smem, s);
+      break;
+    case 4:
+      launch_approx<4>(a, smem, s);
+      break;
+    default:
+      launch_approx<8>(a, smem, s);
+      break;
+  }
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -175,7 +367,7 @@ void greedy_pick(const GreedyPickArgs& a, cudaStream_t s) {
                   a.head.out > 0 && a.head.out <= (int64_t(1) << 31) && a.num_rows >= 1 &&
                   a.num_rows <= 32,
               "greedy_pick: FP32 head [{}, {}], {} rows", a.head.out, a.head.in, a.num_rows);
-  FLINT_CHECK(a.approx != nullptr && a.x != nullptr && a.norms != nullptr && a.keys != nullptr &&
+  FLINT_CHECK(a.approx != nullptr && a.x != nullptr && a.bounds != nullptr && a.keys != nullptr &&
                   a.tokens != nullptr,
               "greedy_pick: null buffer");
   const size_t smem = size_t(dev::padded_len(a.head.in)) * sizeof(float);

@@ -22,14 +22,15 @@ struct LinearRef {
   int64_t out = 0;  // rows per matrix (per expert for a stack)
   int64_t in = 0;
   int64_t num_experts = 1;      // matrices stacked along rows: expert e is rows [e*out, (e+1)*out)
-  const void* w = nullptr;      // F32/BF16: [num_experts*out, in]; NVFP4: [.., in/2] bytes
+  const void* w = nullptr;      // F32/BF16/I8: [num_experts*out, in]; NVFP4: [.., in/2] bytes
   const uint8_t* sc = nullptr;  // NVFP4: [num_experts*out, in/16] UE4M3 sub-scales
-  const float* row_scale = nullptr;  // NVFP4: [num_experts*out] global scale per row, or null (1)
+  // NVFP4 (global) and I8 (the greedy head's copy): [num_experts*out] scale per row, or null (1).
+  const float* row_scale = nullptr;
 
   // Bytes that reading `rows` whole rows costs.
   int64_t row_bytes() const {
     if (dtype == DType::kNVFP4) return in / 2 + in / 16;
-    return in * (dtype == DType::kF32 ? 4 : 2);
+    return in * (dtype == DType::kF32 ? 4 : dtype == DType::kI8 ? 1 : 2);
   }
   int64_t matrix_bytes() const { return row_bytes() * out; }
 
