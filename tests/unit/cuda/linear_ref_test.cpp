@@ -39,8 +39,10 @@ TEST(LinearRefExperts, Nvfp4SliceOffsetsCodesScalesAndRowScales) {
   EXPECT_EQ(s.row_scale, stack.row_scale + row0);
 }
 
-TEST(LinearRefExperts, Bf16AndF32SlicesStepWholeRowsAndKeepNullScales) {
-  for (auto [dt, row_bytes] : {std::pair{DType::kBF16, 2 * 96}, std::pair{DType::kF32, 4 * 96}}) {
+// I8: the greedy head's int8 copy (a byte a weight; bench.cpp counts its bytes with these).
+TEST(LinearRefExperts, Bf16F32AndI8SlicesStepWholeRowsAndKeepNullScales) {
+  for (auto [dt, row_bytes] : {std::pair{DType::kBF16, 2 * 96}, std::pair{DType::kF32, 4 * 96},
+                               std::pair{DType::kI8, 96}}) {
     const LinearRef stack = stack_of(dt, 7, 96, 5, 0x2000);
     const LinearRef s = stack.experts(3, 2);
     EXPECT_EQ(s.out, 14);
