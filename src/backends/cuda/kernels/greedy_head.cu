@@ -302,10 +302,16 @@ void launch_approx(const GreedyPickArgs& a, size_t smem, cudaStream_t s) {
     return true;
   }();
   (void)configured;
-  // One wave: as many blocks as reside at once (device attributes only: safe in graph capture).
-  int per_sm = 0;
-  FLINT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  FLINT_CHECK(per_sm > 0, "greedy_approx: no SM holds a block of {} bytes", smem);
+  // One wave: as many blocks as reside at once (device attributes only: safe in graph capture),
+  // queried once per staging size (a model has one), not on every uncaptured step.
+  thread_local size_t cached_smem = 0;
+  thread_local int per_sm = 0;
+  if (cached_smem != smem) {
+    FLINT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    FLINT_CHECK(per_sm > 0, "greedy_approx: no SM holds a block of {} bytes", smem);
+    cached_smem = smem;
+  }
   const int64_t blocks =
       std::min<int64_t>(ceil_div(a.copy.out, kWarps * R), int64_t(per_sm) * device_sm_count());
   const unsigned groups = static_cast<unsigned>(ceil_div(a.num_rows, NB));
