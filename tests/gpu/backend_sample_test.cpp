@@ -9,6 +9,7 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/weights.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/support/tiny_model.h"
 
@@ -129,6 +130,31 @@ TEST(CudaBackendSample, AllGreedyRowsPickTheArgmaxOfForwardLogits) {
   }
   EXPECT_GE(exact, total - 2);
   EXPECT_EQ((*sample_be)->graph_stats().greedy_head_steps, 40);
+}
+
+// The int8 copy reads rows in 16-byte chunks: a head whose rows are not a multiple of 16 gets no
+// copy and says why (greedy steps then read the whole FP32 head, as greedy_head_serves decides).
+// Rows of 64 get the copy.
+TEST(CudaBackendSample, HeadRowsNotAMultipleOf16GetNoGreedyCopyAndSayWhy) {
+  FLINT_REQUIRE_GPU();
+  TinyOptions o;
+  o.linear_dtype = DType::kBF16;
+  o.vocab_size = 300;
+  o.seed = 47;
+  for (int64_t hidden : {64, 72}) {
+    SCOPED_TRACE(fmt::format("hidden {}", hidden));
+    o.hidden_size = hidden;
+    const auto m = cpu::testing::make_tiny_model(o);
+    auto dw = DeviceWeights::upload(m.weights, nullptr);
+    ASSERT_TRUE(dw.has_value()) << dw.error().message;
+    if (hidden == 64) {
+      EXPECT_NE(dw->greedy_head(), nullptr);
+      EXPECT_EQ(dw->greedy_head_missing(), "");
+    } else {
+      EXPECT_EQ(dw->greedy_head(), nullptr);
+      EXPECT_EQ(dw->greedy_head_missing(), "its rows of 72 are not a multiple of 16");
+    }
+  }
 }
 
 TEST(CudaBackendSample, RejectsMismatchedParams) {
