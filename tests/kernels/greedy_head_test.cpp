@@ -1,7 +1,8 @@
 // The greedy LM head (kernels/greedy_head.h) against the one-row FP32 GEMV and a host arg max: the
 // same token, bit for bit, on random heads, on heads with planted near-ties that the int8 copy
 // cannot tell apart, and on a head where every row is a candidate; its int8 copy, scales and
-// bounds against host arithmetic; the bound against the FP32 GEMV's logits row by row.
+// bounds against host arithmetic; the bound against the FP32 GEMV's logits row by row; topk_logits'
+// rows against the GEMV's and the sampler's draws from both.
 #include "backends/cuda/kernels/greedy_head.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/sampling.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace flint::cuda {
@@ -77,6 +79,24 @@ Prepared prepare(const float* w, int64_t V, int64_t d) {
   return p;
 }
 
+// The arguments both heads share: c's rows of x (device copies x, g, rows) against its head and
+// the prepared copy, approximate logits into approx.
+GreedyPickArgs pick_args(const Case& c, const LinearRef& head, const Prepared& p, const float* x,
+                         const float* g, const int32_t* rows, float* approx) {
+  GreedyPickArgs a;
+  a.approx = approx;
+  a.x = x;
+  a.x_stride = c.d;
+  a.x_rows = rows;
+  a.norm = g;
+  a.eps = c.eps;
+  a.head = head;
+  a.copy = p.approx;
+  a.bounds = p.bounds.get();
+  a.num_rows = static_cast<int>(c.rows.size());
+  return a;
+}
+
 std::vector<int32_t> greedy_tokens(const Case& c) {
   DeviceArray<float> w(c.w), x(c.x), g(c.g);
   const LinearRef head{DType::kF32, c.V, c.d, 1, w.get()};
@@ -86,19 +106,9 @@ std::vector<int32_t> greedy_tokens(const Case& c) {
   DeviceArray<float> approx{size_t(n * c.V)};
   DeviceArray<int32_t> rows(c.rows), tokens{size_t(n)};
   DeviceArray<uint64_t> keys(std::vector<uint64_t>(size_t(n), 0));
-  GreedyPickArgs a;
-  a.approx = approx.get();
-  a.x = x.get();
-  a.x_stride = c.d;
-  a.x_rows = rows.get();
-  a.norm = g.get();
-  a.eps = c.eps;
-  a.head = head;
-  a.copy = p.approx;
-  a.bounds = p.bounds.get();
+  GreedyPickArgs a = pick_args(c, head, p, x.get(), g.get(), rows.get(), approx.get());
   a.keys = keys.get();
   a.tokens = tokens.get();
-  a.num_rows = n;
   greedy_approx(a, nullptr);
   greedy_pick(a, nullptr);
   for (uint64_t k : keys.to_host()) EXPECT_EQ(k, 0u) << "keys are zero again for the next step";
@@ -296,6 +306,125 @@ TEST(GreedyHead, ApproximateLogitsStayWithinTheirBound) {
   EXPECT_GT(worst, 0.01);
 }
 
+// Each logits row's FP32 logits from the one-row GEMV ([rows, V], as a full step of one row
+// computes them) and from greedy_approx + topk_logits with K = ks[t].
+struct TopKRows {
+  std::vector<float> full, got;
+};
+TopKRows topk_rows(const Case& c, const std::vector<int32_t>& ks) {
+  TopKRows out;
+  DeviceArray<float> w(c.w), x(c.x), g(c.g), y(c.V);
+  const LinearRef head{DType::kF32, c.V, c.d, 1, w.get()};
+  for (int32_t r : c.rows) {
+    gemv(y.get(), c.V, x.get() + int64_t(r) * c.d, c.d, 1, head, false, nullptr,
+         GemvNorm{g.get(), c.eps});
+    const std::vector<float> l = y.to_host();
+    out.full.insert(out.full.end(), l.begin(), l.end());
+  }
+  Prepared p = prepare(w.get(), c.V, c.d);
+  EXPECT_EQ(p.bad, 0);
+  const int n = static_cast<int>(c.rows.size());
+  DeviceArray<float> approx{size_t(n * c.V)}, maxima{size_t(n) * kTopKMaximaPerRow},
+      logits{size_t(n * c.V)};
+  DeviceArray<int32_t> rows(c.rows), top_k(ks);
+  GreedyPickArgs a = pick_args(c, head, p, x.get(), g.get(), rows.get(), approx.get());
+  a.top_k = top_k.get();
+  a.maxima = maxima.get();
+  a.logits = logits.get();
+  greedy_approx(a, nullptr);
+  topk_logits(a, nullptr);
+  out.got = logits.to_host();
+  return out;
+}
+
+// Row t of topk_logits against the GEMV's: each logit the same bits or -inf, and every row at or
+// above the K-th largest logit kept. Returns how many rows it kept.
+int64_t expect_top_k_kept(const TopKRows& r, int t, int64_t V, int32_t k) {
+  const float* full = r.full.data() + int64_t(t) * V;
+  const float* got = r.got.data() + int64_t(t) * V;
+  std::vector<float> sorted(full, full + V);
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  const float kth = sorted[size_t(std::min<int64_t>(k, V) - 1)];
+  int64_t kept = 0, wrong = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    if (got[i] == -INFINITY && full[i] < kth) continue;
+    ++kept;
+    if (std::memcmp(&got[i], &full[i], 4) != 0 && ++wrong <= 5) {
+      ADD_FAILURE() << "logits row " << t << " K " << k << ": row " << i << " got " << got[i]
+                    << ", the GEMV " << full[i] << " (K-th largest " << kth << ")";
+    }
+  }
+  return kept;
+}
+
+// topk_logits keeps each row's top K with the GEMV's exact logits and -inf elsewhere (K 1, 20, 128
+// and more rows than the 24 maxima of a 700-row head, where every logit is exact), on random rows
+// with a tie of 30 equal rows across the 20th place and near copies of them that only the FP32
+// sums tell apart; and sample() draws the same token from these rows as from the GEMV's whole
+// rows, over temperatures, top_p, min_p and seeds.
+TEST(GreedyHead, TopKLogitsKeepTheTopKExactlyAndSampleAsTheFullRows) {
+  FLINT_REQUIRE_GPU();
+  Case c;
+  c.V = 40009;  // 128 blocks of 313 rows, the last one short
+  c.d = 272;
+  c.w = random_floats(size_t(c.V * c.d), 31, -0.5f, 0.5f);
+  c.x = random_floats(size_t(4 * c.d), 32, -2.0f, 2.0f);
+  c.g = random_floats(size_t(c.d), 33, 0.9f, 1.1f);
+  c.rows = {1, 0, 3};
+  // x row 0: 30 equal rows (0.1 x * g: above every random row) spread over the head, and 6 near
+  // copies of them with 1-ulp changes.
+  for (int k = 0; k < 36; ++k) {
+    const int64_t r = 17 + 1111 * k;
+    for (int64_t i = 0; i < c.d; ++i) {
+      const float v = 0.1f * c.x[i] * c.g[i];
+      c.w[r * c.d + i] = k < 30 || i % 41 != 3 ? v : nudge(v, k % 2 ? 1 : -1);
+    }
+  }
+  const std::vector<std::vector<int32_t>> ks = {{20, 20, 128}, {1, 128, 5}};
+  const std::vector<float> temps = {0.5f, 1.0f, 2.0f};
+  const std::vector<float> top_ps = {1.0f, 0.9f, 0.3f};
+  const std::vector<float> min_ps = {0.0f, 0.05f};
+  for (const std::vector<int32_t>& k : ks) {
+    const TopKRows r = topk_rows(c, k);
+    for (int t = 0; t < 3; ++t) {
+      const int64_t kept = expect_top_k_kept(r, t, c.V, k[t]);
+      EXPECT_GE(kept, k[t]);
+      EXPECT_LT(kept, c.V / 8) << "the bound should leave few candidates (row " << t << ")";
+    }
+    DeviceArray<float> full(r.full), got(r.got);
+    DeviceArray<int32_t> tok_full{3}, tok_got{3};
+    int draws = 0;
+    for (float temp : temps) {
+      for (float top_p : top_ps) {
+        for (float min_p : min_ps) {
+          for (uint64_t seed = 0; seed < 6; ++seed) {
+            std::vector<SampleParams> p(3);
+            for (int t = 0; t < 3; ++t) p[t] = SampleParams{temp, k[t], top_p, min_p, seed, seed};
+            DeviceArray<SampleParams> params(p);
+            sample(tok_full.get(), full.get(), params.get(), 3, c.V, nullptr);
+            sample(tok_got.get(), got.get(), params.get(), 3, c.V, nullptr);
+            EXPECT_EQ(tok_got.to_host(), tok_full.to_host())
+                << "T " << temp << " top_p " << top_p << " min_p " << min_p << " seed " << seed;
+            ++draws;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(draws, 108);
+  }
+  // A 700-row head has 3 blocks, 24 maxima: K 30 keeps every row exact; K 5 cuts.
+  Case s;
+  s.V = 700;
+  s.d = 64;
+  s.w = random_floats(size_t(s.V * s.d), 34, -0.5f, 0.5f);
+  s.x = random_floats(size_t(2 * s.d), 35, -1.0f, 1.0f);
+  s.g = random_floats(size_t(s.d), 36, 0.9f, 1.1f);
+  s.rows = {0, 1};
+  const TopKRows r = topk_rows(s, {30, 5});
+  EXPECT_EQ(expect_top_k_kept(r, 0, s.V, 30), s.V);
+  EXPECT_LT(expect_top_k_kept(r, 1, s.V, 5), s.V);
+}
+
 // Calls outside the launchers' contract stop with the reason before any launch (so no device is
 // needed): a head that is not one FP32 matrix, 0 or more than 32 logits rows, a missing buffer.
 TEST(GreedyHead, CallsOutsideTheContractStop) {
@@ -370,6 +499,25 @@ TEST(GreedyHead, CallsOutsideTheContractStop) {
   b.approx = nullptr;
   EXPECT_DEATH(greedy_approx(b, nullptr), "greedy_approx: null buffer");
   EXPECT_DEATH(greedy_pick(b, nullptr), "greedy_pick: null buffer");
+  // topk_logits: greedy_pick's head and rows, and its own buffers.
+  std::vector<int32_t> ks(2, 20);
+  std::vector<float> maxima(2 * kTopKMaximaPerRow), logits(2 * V);
+  a.top_k = ks.data();
+  a.maxima = maxima.data();
+  a.logits = logits.data();
+  b = a;
+  b.head = bf16;
+  EXPECT_DEATH(topk_logits(b, nullptr), "topk_logits: FP32 head \\[16, 8\\], 1 rows");
+  b = a;
+  b.num_rows = 33;
+  EXPECT_DEATH(topk_logits(b, nullptr), "topk_logits: FP32 head \\[16, 8\\], 33 rows");
+  for (int which = 0; which < 3; ++which) {
+    b = a;
+    if (which == 0) b.top_k = nullptr;
+    if (which == 1) b.maxima = nullptr;
+    if (which == 2) b.logits = nullptr;
+    EXPECT_DEATH(topk_logits(b, nullptr), "topk_logits: null buffer");
+  }
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ constexpr int kWarps = kThreads / 32;
 // Blocks per logits row of greedy_pick: each scans V / kPickBlocks rows' bounds (1184 at Flint's
 // vocabulary) and computes its candidates.
 constexpr int kPickBlocks = 128;
+static_assert(kTopKMaximaPerRow == kPickBlocks * kWarps && kTopKMaximaPerRow % kThreads == 0,
+              "topk_logits keeps a maximum per warp of greedy_pick's grid");
 // The one-row FP32 GEMV's chunks per lane per pass (gemv_unroll<kF32, false, 1>): the exact
 // logits must be summed in its order.
 constexpr int kF32Unroll = 4;
@@ -196,75 +198,103 @@ __device__ __forceinline__ uint64_t pick_key(float v, int64_t r) {
   return (uint64_t(ord) << 32) | uint64_t(0xffffffffu - uint32_t(r));
 }
 
-__global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a, int64_t slice) {
-  using C = dev::Chunk<DType::kF32>;
-  extern __shared__ float4 smem4[];
-  float* xs = reinterpret_cast<float*>(smem4);
-  __shared__ float s_ss[kWarps];
-  dev::pdl_launch_dependents();
-  const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t K = a.head.in, V = a.head.out, PK = dev::padded_len(K), nc = K / C::kElems;
+// x' of logits row t, staged in xs as the FP32 head's GEMV stages it (after the PDL wait), with
+// inv (the RMSNorm's scale, 1 without a norm) and bx >= ||x'|| * inv: the float sum of squares is
+// within d 2^-24 of exact, and the factor covers that up to d = 2^16 (and the square root's and
+// the product's roundings). B_r = bx * bounds[r]. s_tmp: kWarps floats of shared memory, free
+// again on return.
+__device__ __forceinline__ void stage_head_row(const GreedyPickArgs& a, int t, float* xs,
+                                               float* s_tmp, float& inv, float& bx) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t K = a.head.in, PK = dev::padded_len(K);
   dev::NormPrefetch pf;
   dev::prefetch_norm(pf, a.norm, K);
   dev::pdl_wait();
-  // x', staged and scaled as the FP32 head's GEMV stages it.
   const int64_t xrow[1] = {a.x_rows != nullptr ? a.x_rows[t] : t};
   dev::stage_rows<1>(xs, PK, a.x, a.x_stride, xrow, 1, K, a.norm, pf);
-  const float inv = a.norm != nullptr ? dev::staged_inv<1, kWarps>(0, K, a.eps) : 1.0f;
+  inv = a.norm != nullptr ? dev::staged_inv<1, kWarps>(0, K, a.eps) : 1.0f;
   float ss = 0.0f;
   for (int64_t j = threadIdx.x; j < K / 4; j += kThreads) {
     const float4 v = *reinterpret_cast<const float4*>(xs + dev::pad_idx(4 * j));
     ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
   }
   ss = dev::warp_sum(ss);
-  if (lane == 0) s_ss[warp] = ss;
+  if (lane == 0) s_tmp[warp] = ss;
   __syncthreads();
   float tot = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) tot += s_ss[w];
-  // X >= ||x'||: the float sum of squares is within d 2^-24 of exact, the factor covers that up to
-  // d = 2^16 (and the square root's and the product's roundings). B_r = bx * bounds[r].
-  const float bx = sqrtf(tot) * inv * (1.0f + 0x1p-8f);
-  const float* ap = a.approx + int64_t(t) * V;
-  // M: the largest a_r - B_r of this block's rows. Each is at most its l_r, so M is at most the
-  // largest logit: a lower bound the winner's a_r + B_r reaches, from the block that holds it.
-  const int64_t begin = int64_t(blockIdx.x) * slice, end = min(V, begin + slice);
+  for (int w = 0; w < kWarps; ++w) tot += s_tmp[w];
+  bx = sqrtf(tot) * inv * (1.0f + 0x1p-8f);
+  __syncthreads();  // s_tmp is read above
+}
+
+// The exact logit of head row r against the staged x', by the whole warp, as gemv_block sums the
+// one-row FP32 head: the same chunks, order and sums, so the same bits.
+__device__ __forceinline__ float exact_logit(const GreedyPickArgs& a, int64_t r, const float* xs,
+                                             float inv) {
+  using C = dev::Chunk<DType::kF32>;
+  const int64_t K = a.head.in, PK = dev::padded_len(K), nc = K / C::kElems;
+  C wa[1][kF32Unroll], wb[1][kF32Unroll];
+  const int64_t row[1] = {r};
+  const bool valid[1] = {true};
+  float acc_a[1][1] = {{0.0f}}, acc_b[1][1] = {{0.0f}};
+  dev::load_chunks<DType::kF32, false, 1, kF32Unroll>(wa, wb, a.head, a.head, row, valid, 0, nc);
+  for (int64_t base = 0; base < nc; base += 32 * kF32Unroll) {
+    if (base > 0) {
+      dev::load_chunks<DType::kF32, false, 1, kF32Unroll>(wa, wb, a.head, a.head, row, valid, base,
+                                                          nc);
+    }
+    dev::accumulate_chunks<DType::kF32, 1, false, 1, kF32Unroll>(wa, wb, valid, base, nc, xs, PK, 1,
+                                                                 acc_a, acc_b);
+  }
+  return dev::warp_sum(acc_a[0][0]) * dev::row_scale(a.head, r) * inv;
+}
+
+// The largest a_r - B_r over the rows begin + threadIdx.x, + kThreads, ... below end of this warp's
+// threads (-inf without any): at most the largest of their logits.
+__device__ __forceinline__ float warp_lower_max(const GreedyPickArgs& a, const float* ap, float bx,
+                                                int64_t begin, int64_t end) {
   float lo = __int_as_float(0xff800000);  // -inf
   for (int64_t r = begin + threadIdx.x; r < end; r += kThreads) {
     lo = fmaxf(lo, __ldcg(ap + r) - bx * __ldg(a.bounds + r));
   }
-  lo = dev::warp_max(lo);
-  __syncthreads();  // s_ss is read above
+  return dev::warp_max(lo);
+}
+
+// kMaxima: topk_logits' first launch, which stores each warp's largest a_r - B_r in a.maxima and
+// stops there.
+template <bool kMaxima>
+__global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a, int64_t slice) {
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  __shared__ float s_ss[kWarps];
+  dev::pdl_launch_dependents();
+  const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t V = a.head.out;
+  float inv, bx;
+  stage_head_row(a, t, xs, s_ss, inv, bx);
+  const float* ap = a.approx + int64_t(t) * V;
+  // M: the largest a_r - B_r of this block's rows. Each is at most its l_r, so M is at most the
+  // largest logit: a lower bound the winner's a_r + B_r reaches, from the block that holds it.
+  const int64_t begin = int64_t(blockIdx.x) * slice, end = min(V, begin + slice);
+  const float lo = warp_lower_max(a, ap, bx, begin, end);
+  if constexpr (kMaxima) {
+    if (lane == 0) a.maxima[int64_t(t) * kTopKMaximaPerRow + blockIdx.x * kWarps + warp] = lo;
+    return;
+  }
   if (lane == 0) s_ss[warp] = lo;
   __syncthreads();
   float M = s_ss[0];
 #pragma unroll
   for (int w = 1; w < kWarps; ++w) M = fmaxf(M, s_ss[w]);
   const bool all = !(isfinite(bx) && isfinite(M));
-  // The exact logit of row r, by the whole warp, as gemv_block sums the one-row FP32 head.
-  auto exact = [&](int64_t r) {
-    C wa[1][kF32Unroll], wb[1][kF32Unroll];
-    const int64_t row[1] = {r};
-    const bool valid[1] = {true};
-    float acc_a[1][1] = {{0.0f}}, acc_b[1][1] = {{0.0f}};
-    dev::load_chunks<DType::kF32, false, 1, kF32Unroll>(wa, wb, a.head, a.head, row, valid, 0, nc);
-    for (int64_t base = 0; base < nc; base += 32 * kF32Unroll) {
-      if (base > 0) {
-        dev::load_chunks<DType::kF32, false, 1, kF32Unroll>(wa, wb, a.head, a.head, row, valid,
-                                                            base, nc);
-      }
-      dev::accumulate_chunks<DType::kF32, 1, false, 1, kF32Unroll>(wa, wb, valid, base, nc, xs, PK,
-                                                                   1, acc_a, acc_b);
-    }
-    return dev::warp_sum(acc_a[0][0]) * dev::row_scale(a.head, r) * inv;
-  };
   uint64_t best = 0;
   for (int64_t base = begin + warp * 32; base < end; base += kThreads) {
     const int64_t r = base + lane;
     const bool cand = r < end && (all || !(__ldcg(ap + r) + bx * __ldg(a.bounds + r) < M));
     for (uint32_t mask = __ballot_sync(0xffffffffu, cand); mask != 0; mask &= mask - 1) {
       const int64_t rc = base + __ffs(mask) - 1;
-      const uint64_t k = pick_key(exact(rc), rc);
+      const uint64_t k = pick_key(exact_logit(a, rc, xs, inv), rc);
       best = k > best ? k : best;
     }
   }
@@ -276,6 +306,112 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
   if (lane == 0 && best != 0) {
     atomicMax(reinterpret_cast<unsigned long long*>(a.keys + t),
               static_cast<unsigned long long>(best));
+  }
+}
+
+// A float's order-preserving bits (larger floats, larger keys; -0 below +0) and back.
+__device__ __forceinline__ uint32_t float_order(float v) {
+  const uint32_t u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float order_float(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// The k-th largest (1-based, k <= the marked count) of the keys the block's threads mark, by a
+// most-significant-digit-first radix select: four 8-bit digits, each from a histogram of the keys
+// that share the digits found so far. hist: 256 words of shared memory; sel: 2.
+template <int kPer>
+__device__ uint32_t block_kth_largest(const uint32_t (&key)[kPer], const bool (&has)[kPer],
+                                      uint32_t k, uint32_t* hist, uint32_t* sel) {
+  uint32_t prefix = 0, need = k;
+#pragma unroll 1
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has[j] && (pass == 0 || (key[j] >> (shift + 8)) == (prefix >> (shift + 8)))) {
+        atomicAdd(&hist[(key[j] >> shift) & 255u], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {  // lane l holds digits 255 - 8 l down to 248 - 8 l
+      const int lane = threadIdx.x;
+      uint32_t c[8], sum = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        c[i] = hist[255 - 8 * lane - i];
+        sum += c[i];
+      }
+      uint32_t incl = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+      }
+      uint32_t above = incl - sum;  // keys with a larger digit
+      if (above < need && need <= incl) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if (need <= above + c[i]) {
+            sel[0] = prefix | (uint32_t(255 - 8 * lane - i) << shift);
+            sel[1] = need - above;
+            break;
+          }
+          above += c[i];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = sel[0];
+    need = sel[1];
+  }
+  return prefix;
+}
+
+// topk_logits, second launch: L, the K-th largest of the row's warp maxima, then every row of the
+// block's slice: its exact logit when a_r + B_r >= L, else -inf.
+__global__ void __launch_bounds__(kThreads) topk_fill_kernel(GreedyPickArgs a, int64_t slice) {
+  extern __shared__ float4 smem4[];
+  float* xs = reinterpret_cast<float*>(smem4);
+  __shared__ float s_tmp[kWarps];
+  __shared__ uint32_t s_hist[256], s_sel[2];
+  dev::pdl_launch_dependents();
+  const int t = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t V = a.head.out;
+  float inv, bx;
+  stage_head_row(a, t, xs, s_tmp, inv, bx);
+  constexpr int kPer = kTopKMaximaPerRow / kThreads;
+  const int count = static_cast<int>(gridDim.x) * kWarps;  // the first launch's maxima
+  uint32_t key[kPer];
+  bool has[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = threadIdx.x + j * kThreads;
+    has[j] = i < count;
+    key[j] = has[j] ? float_order(__ldcg(a.maxima + int64_t(t) * kTopKMaximaPerRow + i)) : 0u;
+  }
+  const int k = max(1, a.top_k[t]);
+  // More rows wanted than maxima: every row is a candidate (L = -inf).
+  const float L = k <= count ? order_float(block_kth_largest(key, has, uint32_t(k), s_hist, s_sel))
+                             : __int_as_float(0xff800000);
+  const bool all = !isfinite(bx);
+  const float* ap = a.approx + int64_t(t) * V;
+  float* out = a.logits + int64_t(t) * V;
+  const int64_t begin = int64_t(blockIdx.x) * slice, end = min(V, begin + slice);
+  for (int64_t base = begin + warp * 32; base < end; base += kThreads) {
+    const int64_t r = base + lane;
+    const bool in = r < end;
+    const bool cand = in && (all || !(__ldcg(ap + r) + bx * __ldg(a.bounds + r) < L));
+    float v = __int_as_float(0xff800000);
+    for (uint32_t mask = __ballot_sync(0xffffffffu, cand); mask != 0; mask &= mask - 1) {
+      const int j = __ffs(mask) - 1;
+      const float e = exact_logit(a, base + j, xs, inv);
+      if (lane == j) v = e;
+    }
+    if (in) out[r] = v;
   }
 }
 
@@ -368,28 +504,53 @@ void greedy_approx(const GreedyPickArgs& a, cudaStream_t s) {
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
 
-void greedy_pick(const GreedyPickArgs& a, cudaStream_t s) {
+// greedy_pick's and topk_logits' checks; the shared memory of their staged row.
+static size_t check_pick(const GreedyPickArgs& a, const char* what) {
   FLINT_CHECK(a.head.dtype == DType::kF32 && a.head.num_experts == 1 && a.head.in % 4 == 0 &&
                   a.head.out > 0 && a.head.out <= (int64_t(1) << 31) && a.num_rows >= 1 &&
                   a.num_rows <= 32,
-              "greedy_pick: FP32 head [{}, {}], {} rows", a.head.out, a.head.in, a.num_rows);
-  FLINT_CHECK(a.approx != nullptr && a.x != nullptr && a.bounds != nullptr && a.keys != nullptr &&
-                  a.tokens != nullptr,
-              "greedy_pick: null buffer");
+              "{}: FP32 head [{}, {}], {} rows", what, a.head.out, a.head.in, a.num_rows);
+  FLINT_CHECK(a.approx != nullptr && a.x != nullptr && a.bounds != nullptr, "{}: null buffer",
+              what);
   const size_t smem = size_t(dev::padded_len(a.head.in)) * sizeof(float);
+  FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "{}: rows of {} are too long to stage", what,
+              a.head.in);
+  return smem;
+}
+
+void greedy_pick(const GreedyPickArgs& a, cudaStream_t s) {
+  const size_t smem = check_pick(a, "greedy_pick");
+  FLINT_CHECK(a.keys != nullptr && a.tokens != nullptr, "greedy_pick: null buffer");
   static const bool configured = [] {
     FLINT_CUDA_CHECK(cudaFuncSetAttribute(
-        greedy_pick_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
+        greedy_pick_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
     return true;
   }();
   (void)configured;
-  FLINT_CHECK(smem <= size_t(kMaxSmemBytes), "greedy_pick: rows of {} are too long to stage",
-              a.head.in);
   const int64_t blocks = std::min<int64_t>(kPickBlocks, ceil_div(a.head.out, kThreads));
   const int64_t slice = ceil_div(a.head.out, blocks);
-  launch_pdl(greedy_pick_kernel, dim3(static_cast<unsigned>(blocks), a.num_rows), dim3(kThreads),
-             smem, s, a, slice);
+  launch_pdl(greedy_pick_kernel<false>, dim3(static_cast<unsigned>(blocks), a.num_rows),
+             dim3(kThreads), smem, s, a, slice);
   launch_pdl(greedy_finish_kernel, dim3(1), dim3(32), 0, s, a.keys, a.tokens, a.num_rows);
+}
+
+void topk_logits(const GreedyPickArgs& a, cudaStream_t s) {
+  const size_t smem = check_pick(a, "topk_logits");
+  FLINT_CHECK(a.top_k != nullptr && a.maxima != nullptr && a.logits != nullptr,
+              "topk_logits: null buffer");
+  static const bool configured = [] {
+    for (const auto kernel : {greedy_pick_kernel<true>, topk_fill_kernel}) {
+      FLINT_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
+    }
+    return true;
+  }();
+  (void)configured;
+  const int64_t blocks = std::min<int64_t>(kPickBlocks, ceil_div(a.head.out, kThreads));
+  const int64_t slice = ceil_div(a.head.out, blocks);
+  const dim3 grid(static_cast<unsigned>(blocks), a.num_rows);
+  launch_pdl(greedy_pick_kernel<true>, grid, dim3(kThreads), smem, s, a, slice);
+  launch_pdl(topk_fill_kernel, grid, dim3(kThreads), smem, s, a, slice);
 }
 
 }  // namespace flint::cuda

@@ -21,7 +21,18 @@
 //   3. greedy_finish: tokens[t], and the pick's key reset for the next step.
 // So the token is the arg max of the logits the one-row FP32 GEMV would give, at 0.31 GB and a
 // few rows read instead of 1.23 GB. (The first form, a bf16 copy with the bound 2^-7 ||x'||
-// ||W_r||, read 0.62 GB.) Test: tests/kernels/greedy_head_test.cpp
+// ||W_r||, read 0.62 GB.)
+//
+// The same copy serves sampling steps whose rows keep at most K tokens (top_k, Flint's default
+// 20; a greedy row keeps 1), by topk_logits: after step 1, each warp of greedy_pick's grid takes
+// the largest a_r - B_r of its rows; L, the K-th largest of those maxima, is at most the K-th
+// largest a_r - B_r, so at most the K-th largest logit (each a_r - B_r <= l_r). A row with a_r +
+// B_r < L has l_r < L, so it is outside the row's top K and never ties with its K-th logit; every
+// other row gets its exact logit (as above), these rows -inf. The sampler (sampling.h) measures
+// every mass against the largest logit, and its cuts (min-p against it, the top K, top-p over what
+// is left) keep only rows among the top K, so from these logits it keeps the same tokens with the
+// same masses and draws the same token as from the one-row GEMV's whole row.
+// Test: tests/kernels/greedy_head_test.cpp
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,6 +45,10 @@ namespace flint::cuda {
 
 // Elements of a 16-byte chunk of the int8 copy: the head's `in` must be a multiple.
 inline constexpr int kGreedyChunkElems = 16;
+// The most tokens a row may keep for topk_logits to serve it (more cost more candidate rows).
+inline constexpr int kTopKHeadMax = 128;
+// topk_logits' scratch per logits row: a maximum per warp of its 128 blocks of 8 warps.
+inline constexpr int kTopKMaximaPerRow = 1024;
 
 // q[r, k] = rint(W[r, k] / s_r) in [-127, 127] with s_r = max_k |W[r, k]| / 127 (IEEE float
 // division; 0 with q = 0 for a row whose s_r would not be a normal float); bounds[r] = beta_r (see
@@ -55,6 +70,10 @@ struct GreedyPickArgs {
   uint64_t* keys = nullptr;       // [n] zero before the call; greedy_finish zeroes them again
   int32_t* tokens = nullptr;      // [n] the picks
   int num_rows = 0;               // n (>= 1)
+  // topk_logits only:
+  const int32_t* top_k = nullptr;  // [n] K of each row (values below 1 count as 1)
+  float* maxima = nullptr;         // [n, kTopKMaximaPerRow] scratch
+  float* logits = nullptr;         // [n, V] the output
 };
 
 // Step 1: approx [n, V] from `copy` (one launch, programmatic dependent launch).
@@ -62,5 +81,10 @@ void greedy_approx(const GreedyPickArgs& a, cudaStream_t s);
 
 // Steps 2 and 3 (two launches, programmatic dependent launch).
 void greedy_pick(const GreedyPickArgs& a, cudaStream_t s);
+
+// After step 1: logits [n, V], each row's exact logits of the rows that can be among its top K
+// (a.top_k) and -inf elsewhere (two launches, programmatic dependent launch). A row with more K
+// than there are maxima gets every logit exact.
+void topk_logits(const GreedyPickArgs& a, cudaStream_t s);
 
 }  // namespace flint::cuda
