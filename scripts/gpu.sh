@@ -53,7 +53,7 @@ graph_table() {
       side = FILENAME; sub(/.*\//, "", side); sub(/^[^-]*-/, "", side); sub(/-[0-9]+\.md$/, "", side)
       if (!(side in has)) { has[side] = 1; sides[++ns] = side }
     }
-    $2 ~ /^ (nvfp4|bf16) $/ && $5 ~ /^ (layered|persistent|greedy) $/ {
+    $2 ~ /^ (nvfp4|bf16) $/ && $5 ~ /^ (layered|persistent|greedy|sample|topk) $/ {
       key = $2 "/" $3 "/" $4 "/" $5; gsub(/ /, "", key)
       if (!(key in seen)) { seen[key] = 1; order[++n] = key }
       v[side, key] = v[side, key] " " ($6 + 0)

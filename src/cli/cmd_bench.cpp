@@ -37,10 +37,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "them) or persistent (the experimental one-kernel path)")
       ->check(CLI::IsMember({"persistent", "layered"}));
   cmd->add_option("--head", opts->bench.heads,
-                  "LM heads of the layered decode steps: full (the FP32 logits, then argmax) and "
-                  "greedy (the arg max from the int8 copy and the candidates' FP32 rows); default: "
-                  "both on the layered path")
-      ->check(CLI::IsMember({"full", "greedy"}))
+                  "LM heads of the layered decode steps: full (the FP32 logits, then argmax), "
+                  "greedy (the arg max from the int8 copy and the candidates' FP32 rows), sample "
+                  "(the FP32 logits, then sampling at temperature 1, top_k 20, top_p 0.95) and "
+                  "topk (the same sampling from the int8 copy's candidate rows); default: full "
+                  "and greedy on the layered path")
+      ->check(CLI::IsMember({"full", "greedy", "sample", "topk"}))
       ->delimiter(',');
   cmd->add_flag("--ablate", opts->bench.ablate,
                 "Also time each layered decode step with one op kind left out: what each op "

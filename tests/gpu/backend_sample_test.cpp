@@ -1,5 +1,6 @@
 // CudaBackend::forward_sample: greedy rows give the arg max of the logits forward() returns, top-k
-// rows stay among the k best, and a (seed, step) reproduces its token.
+// rows stay among the k best and draw what sample() draws from forward()'s logits, and a (seed,
+// step) reproduces its token.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 
 #include "backends/cpu/forward.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels/greedy_head.h"
+#include "backends/cuda/kernels/sampling.h"
 #include "backends/cuda/weights.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/support/tiny_model.h"
@@ -17,6 +20,7 @@ namespace flint::cuda {
 namespace {
 
 using cpu::testing::TinyOptions;
+using testing::DeviceArray;
 
 TEST(CudaBackendSample, MatchesLogitsOfForward) {
   FLINT_REQUIRE_GPU();
@@ -130,6 +134,63 @@ TEST(CudaBackendSample, AllGreedyRowsPickTheArgmaxOfForwardLogits) {
   }
   EXPECT_GE(exact, total - 2);
   EXPECT_EQ((*sample_be)->graph_stats().greedy_head_steps, 40);
+}
+
+// Rows that keep at most kTopKHeadMax tokens (top_k 1 .. 128, or greedy rows beside them) sample
+// from topk_logits' rows (kernels/greedy_head.h): the token is the one sample() draws from the
+// full logits that forward() returns (one row: the same one-row FP32 GEMV, bit for bit), over 36
+// steps that vary K, temperature, top_p, min_p and the seed; a top_k of 0 (no cut) or above 128
+// takes the full head.
+TEST(CudaBackendSample, TopKRowsDrawWhatTheSamplerDrawsFromTheFullLogits) {
+  FLINT_REQUIRE_GPU();
+  TinyOptions o;
+  o.linear_dtype = DType::kBF16;
+  o.vocab_size = 40000;  // 128 blocks of the pick: 1024 maxima, so K 128 is a real cut
+  o.seed = 53;
+  const auto m = cpu::testing::make_tiny_model(o);
+  ASSERT_EQ(m.weights.lm_head.w.dtype(), DType::kF32);
+  const int64_t V = o.vocab_size;
+  auto logits_be = CudaBackend::create(m.weights);
+  auto sample_be = CudaBackend::create(m.weights);
+  ASSERT_TRUE(logits_be.has_value() && sample_be.has_value());
+  cpu::SimpleSteps steps(1, 128, 16);
+  ASSERT_TRUE((*logits_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  ASSERT_TRUE((*sample_be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  const std::vector<int32_t> prompt = {5, 900, 31000, 7, 12};
+  steps.add(0, prompt, false);
+  const int32_t ks[] = {20, 1, 128, 5, 0, 129};
+  const float temps[] = {1.0f, 0.6f, 1.7f};
+  const float top_ps[] = {0.95f, 1.0f, 0.5f};
+  DeviceArray<float> d_logits{size_t(V)};
+  DeviceArray<int32_t> d_token{1};
+  int cut_steps = 0;
+  for (int step = 0; step < 36; ++step) {
+    const model::StepInput st = steps.take();
+    std::vector<float> logits(V);
+    ASSERT_TRUE((*logits_be)->forward(st, logits));
+    model::DeviceSampling p;
+    p.top_k = ks[step % 6];
+    p.temperature = temps[step % 3];
+    p.top_p = top_ps[(step / 3) % 3];
+    p.min_p = step % 4 == 3 ? 0.02f : 0.0f;
+    p.seed = 100 + step;
+    p.step = step;
+    if (p.top_k >= 1 && p.top_k <= kTopKHeadMax) ++cut_steps;
+    std::vector<int32_t> token(1, -1);
+    const Status ss = (*sample_be)->forward_sample(st, std::span(&p, 1), token);
+    ASSERT_TRUE(ss) << ss.error().message;
+    FLINT_CUDA_CHECK(
+        cudaMemcpy(d_logits.get(), logits.data(), V * sizeof(float), cudaMemcpyHostToDevice));
+    const SampleParams sp{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
+    DeviceArray<SampleParams> d_params(std::vector<SampleParams>{sp});
+    sample(d_token.get(), d_logits.get(), d_params.get(), 1, V, nullptr);
+    EXPECT_EQ(token[0], d_token.to_host()[0]) << "step " << step << " top_k " << p.top_k << " T "
+                                              << p.temperature << " top_p " << p.top_p;
+    steps.add(0, std::span<const int32_t>(token.data(), 1), false);
+  }
+  EXPECT_EQ(cut_steps, 24);
+  EXPECT_EQ((*sample_be)->graph_stats().topk_head_steps, cut_steps);
+  EXPECT_EQ((*sample_be)->graph_stats().greedy_head_steps, 0);
 }
 
 // The int8 copy reads rows in 16-byte chunks: a head whose rows are not a multiple of 16 gets no

@@ -19,6 +19,7 @@
 #include "backends/cuda/kernels/argmax.h"
 #include "backends/cuda/kernels/ktrace.h"
 #include "backends/cuda/kernels/read_stream.h"
+#include "backends/cuda/kernels/sampling.h"
 #include "backends/cuda/ktrace_report.h"
 
 namespace flint::cuda {
@@ -242,19 +243,39 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   }
   st.query_start_loc.push_back(batch);
   FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd->upload_step(st, s));
-  if (head == "greedy") {
+  if (head == "greedy" || head == "topk") {
     if (!fwd->greedy_head_serves(plan)) {
       return make_error(ErrorCode::kUnsupported,
                         "the greedy LM head does not serve this step (an FP32 head, 1-{} rows, "
                         "the layered path)",
                         CudaForward::kLmHeadGemvRows);
     }
-    plan.greedy = true;
+    plan.head = head == "greedy" ? LmHead::kGreedy : LmHead::kTopK;
   }
+  // "sample" and "topk" draw with Flint's recommended sampling (temperature 1, top_k 20, top_p
+  // 0.95), from the full logits and from topk_logits' rows.
+  const bool sampled = head == "sample" || head == "topk";
   FLINT_ASSIGN_OR_RETURN(DeviceBuffer next, DeviceBuffer::allocate(batch * 4));
+  FLINT_ASSIGN_OR_RETURN(DeviceBuffer params, DeviceBuffer::allocate(batch * sizeof(SampleParams)));
+  if (sampled) {
+    constexpr int kTopK = 20;
+    std::vector<SampleParams> p(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) p[b] = SampleParams{1.0f, kTopK, 0.95f, 0.0f, uint64_t(b), 0};
+    FLINT_CUDA_CHECK(cudaMemcpy(params.data(), p.data(), p.size() * sizeof(SampleParams),
+                                cudaMemcpyHostToDevice));
+    if (plan.head == LmHead::kTopK) {
+      const std::vector<int32_t> k(static_cast<size_t>(batch), kTopK);
+      FLINT_CUDA_CHECK(cudaMemcpy(fwd->head_top_k(), k.data(), k.size() * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice));
+    }
+  }
   auto step = [&] {
     fwd->enqueue(plan, s);  // a greedy plan leaves the picks in fwd->greedy_tokens()
-    if (!plan.greedy) argmax(next.as<int32_t>(), fwd->logits(), batch, c.vocab_size, s);
+    if (sampled) {
+      sample(next.as<int32_t>(), fwd->logits(), params.as<SampleParams>(), batch, c.vocab_size, s);
+    } else if (plan.head == LmHead::kLogits) {
+      argmax(next.as<int32_t>(), fwd->logits(), batch, c.vocab_size, s);
+    }
   };
   cudaEvent_t a, b;
   FLINT_CUDA_CHECK(cudaEventCreate(&a));
@@ -329,7 +350,7 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
-  const StepBytes bytes = step_bytes(w, *fwd, batch, ctx, plan.greedy);
+  const StepBytes bytes = step_bytes(w, *fwd, batch, ctx, plan.head != LmHead::kLogits);
   std::vector<std::pair<std::string, float>> ops, phases, waits;
   {
     EventTimer timer(s);
@@ -357,9 +378,9 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
              bytes.kv / 1e9,
              floor_gbs,
              ops,
-             plan.persistent ? "persistent"
-             : plan.greedy   ? "greedy"
-                             : "layered",
+             plan.persistent  ? "persistent"
+             : head == "full" ? "layered"
+                              : head,
              phases,
              waits,
              ablation,
@@ -546,9 +567,11 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
                opt.decode_path);
   }
   for (const std::string& h : opt.heads) {
-    if (h != "full" && h != "greedy") return bad("--head must be full or greedy, got '{}'", h);
-    if (h == "greedy" && opt.decode_path != "layered") {
-      return bad("--head greedy runs on the layered path, not --decode-path {}", opt.decode_path);
+    if (h != "full" && h != "greedy" && h != "sample" && h != "topk") {
+      return bad("--head must be full, greedy, sample or topk, got '{}'", h);
+    }
+    if ((h == "greedy" || h == "topk") && opt.decode_path != "layered") {
+      return bad("--head {} runs on the layered path, not --decode-path {}", h, opt.decode_path);
     }
   }
   for (int b : opt.batches) {

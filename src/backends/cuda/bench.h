@@ -23,9 +23,12 @@ struct BenchOptions {
   // "persistent" (the experimental one-kernel path, when the model allows it).
   std::string decode_path = "layered";
   // LM heads of the decode steps, each a row of the table: "full" (the FP32 head's logits, then
-  // argmax: what a sampling step reads) and "greedy" (the arg max without the full FP32 read, what
-  // serve runs when every row is greedy; kernels/greedy_head.h; the layered path only). Empty:
-  // both on the layered path, full on the persistent one.
+  // argmax: what a sampling step reads), "greedy" (the arg max without the full FP32 read, what
+  // serve runs when every row is greedy; kernels/greedy_head.h; the layered path only), "sample"
+  // (the full logits, then sample() at temperature 1, top_k 20, top_p 0.95: Flint's recommended
+  // sampling) and "topk" (the same draw from topk_logits' rows, what serve runs when every row
+  // keeps at most kTopKHeadMax tokens; the layered path only). Empty: full and greedy on the
+  // layered path, full on the persistent one.
   std::vector<std::string> heads;
   // Layered decode steps: also time the step's graph with each op kind left out
   // (CudaForward::set_skipped_ops) and report what each costs the step.

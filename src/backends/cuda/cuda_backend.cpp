@@ -13,6 +13,8 @@
 
 #include <algorithm>
 
+#include "backends/cuda/kernels/greedy_head.h"
+
 namespace flint::cuda {
 namespace {
 
@@ -146,12 +148,12 @@ cudaGraphExec_t CudaBackend::find_or_capture(const StepPlan& plan) {
   return exec;
 }
 
-Status CudaBackend::run_step(const model::StepInput& step, bool greedy, bool* greedy_ran) {
+Status CudaBackend::run_step(const model::StepInput& step, LmHead head, LmHead* ran) {
   if (!fwd_) return make_error(ErrorCode::kInternal, "cuda: forward before init_kv_cache");
   const bool decode = is_decode(step);
   FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_));
-  plan.greedy = greedy && fwd_->greedy_head_serves(plan);
-  if (greedy_ran != nullptr) *greedy_ran = plan.greedy;
+  plan.head = fwd_->greedy_head_serves(plan) ? head : LmHead::kLogits;
+  if (ran != nullptr) *ran = plan.head;
   if (fwd_->buffer_generation() != graphs_generation_) {
     clear_graphs();  // their captured pointers are stale
     graphs_generation_ = fwd_->buffer_generation();
@@ -197,7 +199,8 @@ Status CudaBackend::reserve_sampling(size_t rows) {
   if (h_sample_params_ != nullptr) cudaFreeHost(h_sample_params_);
   if (h_sample_tokens_ != nullptr) cudaFreeHost(h_sample_tokens_);
   FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_params_, rows * sizeof(SampleParams)));
-  FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_tokens_, rows * sizeof(int32_t)));
+  FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_tokens_, 2 * rows * sizeof(int32_t)));
+  h_head_top_k_ = h_sample_tokens_ + rows;
   sample_rows_ = rows;
   return ok();
 }
@@ -214,22 +217,36 @@ Status CudaBackend::forward_sample(const model::StepInput& step,
   FLINT_TRY(reserve_sampling(n));
   // All rows greedy (model::kGreedyTemperature, sampling.h's rule): the greedy head picks the
   // tokens without the FP32 head's full read (kernels/greedy_head.h); they are the tokens sample()
-  // would pick.
-  const bool greedy = n > 0 && std::all_of(params.begin(), params.end(), [](const auto& p) {
-                        return p.temperature < model::kGreedyTemperature;
-                      });
-  bool greedy_ran = false;
-  FLINT_TRY(run_step(step, greedy, &greedy_ran));
-  if (greedy_ran) {
+  // would pick. Every row greedy or keeping at most kTopKHeadMax tokens (top_k; Flint's
+  // generation_config.json asks for 20): topk_logits gives the logits the sampler needs from the
+  // same copy, and sample() draws the tokens it would draw from the full rows.
+  auto greedy_row = [](const model::DeviceSampling& p) {
+    return p.temperature < model::kGreedyTemperature;
+  };
+  const bool greedy = n > 0 && std::all_of(params.begin(), params.end(), greedy_row);
+  const bool top_k = n > 0 && std::all_of(params.begin(), params.end(), [&](const auto& p) {
+                       return greedy_row(p) || (p.top_k >= 1 && p.top_k <= kTopKHeadMax);
+                     });
+  // The previous call synchronised after its copies, so the pinned buffers are free.
+  for (size_t i = 0; i < n; ++i) {
+    const model::DeviceSampling& p = params[i];
+    h_sample_params_[i] = SampleParams{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
+    h_head_top_k_[i] = greedy_row(p) ? 1 : p.top_k;
+  }
+  const LmHead want = greedy ? LmHead::kGreedy : top_k ? LmHead::kTopK : LmHead::kLogits;
+  if (want == LmHead::kTopK && fwd_ && n <= size_t(CudaForward::kLmHeadGemvRows) &&
+      fwd_->head_top_k() != nullptr) {
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(fwd_->head_top_k(), h_head_top_k_, n * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+  }
+  LmHead ran = LmHead::kLogits;
+  FLINT_TRY(run_step(step, want, &ran));
+  if (ran == LmHead::kGreedy) {
     ++stats_.greedy_head_steps;
     FLINT_CUDA_CHECK(cudaMemcpyAsync(h_sample_tokens_, fwd_->greedy_tokens(), n * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_));
   } else if (n > 0) {
-    // The previous call synchronised after its copies, so the pinned buffers are free.
-    for (size_t i = 0; i < n; ++i) {
-      const model::DeviceSampling& p = params[i];
-      h_sample_params_[i] = SampleParams{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
-    }
+    if (ran == LmHead::kTopK) ++stats_.topk_head_steps;
     SampleParams* d_params = d_sample_params_.as<SampleParams>();
     int32_t* d_tokens = d_sample_tokens_.as<int32_t>();
     FLINT_CUDA_CHECK(cudaMemcpyAsync(d_params, h_sample_params_, n * sizeof(SampleParams),

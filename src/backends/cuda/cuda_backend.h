@@ -48,6 +48,7 @@ class CudaBackend final : public model::Backend {
     int64_t captures = 0, replays = 0, uncaptured = 0;
     size_t cached = 0;
     int64_t greedy_head_steps = 0;  // forward_sample steps the greedy LM head picked
+    int64_t topk_head_steps = 0;    // forward_sample steps sampled from topk_logits' rows
   };
   GraphStats graph_stats() const;
 
@@ -78,10 +79,12 @@ class CudaBackend final : public model::Backend {
   };
 
   CudaBackend(DeviceWeights w, cudaStream_t s);
-  // Uploads and enqueues one step (a graph replay for decode steps); logits land in fwd_->logits(),
-  // or, when `greedy` and the greedy head serves the step, each row's arg max in
-  // fwd_->greedy_tokens() (*greedy_ran says which).
-  Status run_step(const model::StepInput& step, bool greedy = false, bool* greedy_ran = nullptr);
+  // Uploads and enqueues one step (a graph replay for decode steps) with the LM head `head` when
+  // the greedy head serves the step, else LmHead::kLogits (*ran says which; forward.h says where
+  // each leaves its results). kTopK reads the rows' K from fwd_->head_top_k(), which the caller
+  // writes on stream_ before this call.
+  Status run_step(const model::StepInput& step, LmHead head = LmHead::kLogits,
+                  LmHead* ran = nullptr);
   cudaGraphExec_t find_or_capture(const StepPlan& plan);
   void clear_graphs();
   Status reserve_sampling(size_t rows);
@@ -101,7 +104,8 @@ class CudaBackend final : public model::Backend {
   size_t sample_rows_ = 0;
   DeviceBuffer d_sample_params_, d_sample_tokens_;
   SampleParams* h_sample_params_ = nullptr;
-  int32_t* h_sample_tokens_ = nullptr;
+  int32_t* h_sample_tokens_ = nullptr;  // [2 rows]: the tokens, then h_head_top_k_
+  int32_t* h_head_top_k_ = nullptr;     // each row's K for an LmHead::kTopK step
 };
 
 }  // namespace flint::cuda

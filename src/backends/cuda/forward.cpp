@@ -76,13 +76,16 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   }
   if (w.greedy_head() != nullptr) {
     const int64_t rows = kLmHeadGemvRows, approx = rows * c.vocab_size * int64_t(sizeof(float));
-    auto g = DeviceBuffer::allocate(size_t(approx + rows * 16));
+    const int64_t maxima = rows * kTopKMaximaPerRow * int64_t(sizeof(float));
+    auto g = DeviceBuffer::allocate(size_t(approx + rows * 16 + maxima));
     if (!g) return g.error().with_context("allocating the greedy LM head's scratch");
     f->greedy_buf_ = std::move(g).value();
     auto* base = static_cast<unsigned char*>(f->greedy_buf_.data());
     f->ws_greedy_approx_ = reinterpret_cast<float*>(base);
     f->d_greedy_keys_ = reinterpret_cast<uint64_t*>(base + approx);
     f->d_greedy_tokens_ = reinterpret_cast<int32_t*>(base + approx + rows * 8);
+    f->d_head_top_k_ = reinterpret_cast<int32_t*>(base + approx + rows * 12);
+    f->ws_topk_maxima_ = reinterpret_cast<float*>(base + approx + rows * 16);
     FLINT_CUDA_CHECK(cudaMemset(base + approx, 0, size_t(rows) * 16));
   }
   FLINT_TRY(f->prepare_persistent());
@@ -654,11 +657,11 @@ void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
   const model::FlintConfig& c = w_.config();
   const int64_t d = c.hidden_size;
   const int n = plan.num_logits;
-  if (plan.greedy) {
+  if (plan.head != LmHead::kLogits) {
     // kernels/greedy_head.h: the int8 copy's logits, then the exact FP32 logits of the rows whose
-    // error bound leaves them in the running.
+    // error bound leaves them in the running (a pick, or logits for the sampler).
     FLINT_CHECK(greedy_head_serves(plan),
-                "enqueue_lm_head: a greedy plan of {} rows without a greedy head", n);
+                "enqueue_lm_head: a greedy or top-k plan of {} rows without a greedy head", n);
     GreedyPickArgs g;
     g.approx = ws_greedy_approx_;
     g.x = ws_h_;
@@ -672,8 +675,15 @@ void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
     g.keys = d_greedy_keys_;
     g.tokens = d_greedy_tokens_;
     g.num_rows = n;
+    g.top_k = d_head_top_k_;
+    g.maxima = ws_topk_maxima_;
+    g.logits = ws_logits_;
     greedy_approx(g, s);
-    greedy_pick(g, s);
+    if (plan.head == LmHead::kGreedy) {
+      greedy_pick(g, s);
+    } else {
+      topk_logits(g, s);
+    }
     return;
   }
   if (n > lm_head_gemv_rows() && prefill_.cublas != nullptr && prefill_.cap_tokens >= n) {

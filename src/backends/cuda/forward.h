@@ -29,6 +29,16 @@ class OpTimer {
   virtual void mark(const char* op, cudaStream_t s) = 0;
 };
 
+// What a step's LM head leaves behind.
+enum class LmHead {
+  kLogits,  // logits(): every logit of every row
+  kGreedy,  // greedy_tokens(): each row's arg max, from the greedy head's int8 copy
+  // logits(): each row's exact logits of the rows that can be among its top K (head_top_k(),
+  // written by the caller before the enqueue), -inf elsewhere (topk_logits): sample() draws
+  // what it would from the whole row.
+  kTopK,
+};
+
 // Host-side facts about an uploaded step that the enqueue needs. enqueue() depends on nothing
 // else of the step (context lengths are read on the device), so equal plans can replay one
 // captured CUDA graph.
@@ -47,9 +57,9 @@ struct StepPlan {
   // A decode step of at most kPersistentMaxRows rows on a model the persistent kernel supports:
   // all layers run in one launch (kernels/decode_persistent.h).
   bool persistent = false;
-  // The LM head writes each logits row's arg max to greedy_tokens() instead of writing logits
-  // (CudaForward::greedy_head_serves; kernels/greedy_head.h). Set by the caller after upload_step.
-  bool greedy = false;
+  // What the LM head writes (CudaForward::greedy_head_serves; kernels/greedy_head.h). Set by the
+  // caller after upload_step.
+  LmHead head = LmHead::kLogits;
   // Graph cache key (cuda_backend.cpp): equal plans enqueue identical launches.
   bool operator==(const StepPlan&) const = default;
 };
@@ -114,12 +124,17 @@ class CudaForward {
   void enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer* timer);
 
   const float* logits() const { return ws_logits_; }  // [num_logits, vocab_size] f32
-  // Whether the plan's logits rows can take the greedy head: an FP32 LM head with its int8 copy
-  // (DeviceWeights::greedy_head), 1..kLmHeadGemvRows rows, the layered or prefill path.
+  // Whether the plan's logits rows can take the greedy head (LmHead::kGreedy or kTopK): an FP32
+  // LM head with its int8 copy (DeviceWeights::greedy_head), 1..kLmHeadGemvRows rows, the
+  // layered or prefill path.
   bool greedy_head_serves(const StepPlan& plan) const;
-  // [num_logits] after a plan.greedy step: each row's arg max, as argmax over logits() would pick
-  // it from the one-row FP32 GEMV's logits.
+  // [num_logits] after an LmHead::kGreedy step: each row's arg max, as argmax over logits()
+  // would pick it from the one-row FP32 GEMV's logits.
   const int32_t* greedy_tokens() const { return d_greedy_tokens_; }
+  // [kLmHeadGemvRows] device ints: each logits row's K for LmHead::kTopK steps (1 ..
+  // kTopKHeadMax), written by the caller (stream-ordered) before the enqueue; null without a
+  // greedy head.
+  int32_t* head_top_k() const { return d_head_top_k_; }
   const int32_t* expert_ids(int layer) const;  // [num_tokens, slots] of the last step
   int slots() const { return slots_; }
   // Copies sliding ring src to dst in every sliding layer (stream-ordered).
@@ -216,11 +231,13 @@ class CudaForward {
   float* ws_xinv_ = nullptr;    // [num_tokens] 1 / rms of the router's normed rows (ws_a_)
   DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
   // The greedy head's scratch: approximate logits [kLmHeadGemvRows, vocab], the picks' keys (zero
-  // between steps) and the tokens.
+  // between steps), the tokens, the rows' K and topk_logits' maxima.
   DeviceBuffer greedy_buf_;
   float* ws_greedy_approx_ = nullptr;
   int32_t* d_greedy_tokens_ = nullptr;
   uint64_t* d_greedy_keys_ = nullptr;
+  int32_t* d_head_top_k_ = nullptr;
+  float* ws_topk_maxima_ = nullptr;
   int num_sms_ = 1;
   // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and
   // waits only for the copies out of the same half two steps ago (staged_[half]).
