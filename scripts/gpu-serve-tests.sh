@@ -6,7 +6,8 @@
 # Usage: FLINT_GPU_DEBS=.debs FLINT_GPU_WHL=.whl scripts/gpu-serve-tests.sh [pytest args...]
 # With FLINT_GPU_ALL=1 (scripts/gpu.sh everything) the same build also runs `ctest -L gpu` and
 # `flint bench` (arguments in FLINT_BENCH_ARGS, and FLINT_BENCH_ARGS2 for a second table) before the
-# server tests, so one device call checks and measures the whole tree.
+# server tests, so one device call checks and measures the whole tree. With FLINT_GPU_E2E=1
+# (scripts/gpu.sh e2e) it builds flint only and runs tools/decode_e2e.py with the arguments instead.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root="$PWD"
@@ -61,11 +62,16 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLINT_CUDA=ON -DFLI
 grep "flint:" "$out/build.log"
 grep -q "server ON" "$out/build.log" || { say "the server layer is off"; exit 1; }
 targets=(flint cuda_tests)
+[[ "${FLINT_GPU_E2E:-0}" == 1 ]] && targets=(flint)
 [[ "${FLINT_GPU_ALL:-0}" == 1 ]] && targets+=(gpu_tests decode_step_bench)
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" >> "$out/build.log" 2>&1 || {
   grep -E "error|FAILED|undefined" "$out/build.log" | head -40; exit 1; }
 say "built in ${SECONDS}s"
 flint="$root/$build/src/cli/flint"
+if [[ "${FLINT_GPU_E2E:-0}" == 1 ]]; then
+  python3 tools/decode_e2e.py --flint "$flint" "$@" | tee "$out/e2e.md"
+  exit "${PIPESTATUS[0]}"
+fi
 if [[ "${FLINT_GPU_ALL:-0}" == 1 ]]; then
   (cd "$build" && ctest -L gpu --output-on-failure --timeout 150 -j 4) > "$out/ctest.log" 2>&1
   say "ctest -L gpu: $(grep -E "tests passed|tests failed" "$out/ctest.log")"

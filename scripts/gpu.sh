@@ -3,6 +3,8 @@
 # (`ctest -L gpu`), then `flint bench --load-format dummy`. Logs go to $OUT (or ./gpu-out).
 # Usage: scripts/gpu.sh [tests|bench|all] [extra bench args...]
 #        scripts/gpu.sh everything [pytest args...]: both of the above and serve-tests in one build.
+#        scripts/gpu.sh e2e [tools/decode_e2e.py args...]: build flint with the server layer (as
+#        serve-tests does) and time one request's decode through `flint serve` on dummy weights.
 #        scripts/gpu.sh serve-tests [pytest args...]: `flint serve --device cuda` under the OpenAI API
 #        tests (tests/python/server), with the packages scripts/gpu-deps.sh fetched (see there).
 #        scripts/gpu.sh ab BASE [decode_step_bench args...]: A/B of decode steps in one call. BASE
@@ -28,6 +30,9 @@ out="${OUT:-$PWD/gpu-out}"
 mkdir -p "$out"
 if [[ "$what" == serve-tests ]]; then
   exec scripts/gpu-serve-tests.sh "$@"
+fi
+if [[ "$what" == e2e ]]; then
+  FLINT_GPU_E2E=1 exec scripts/gpu-serve-tests.sh "$@"
 fi
 if [[ "$what" == everything ]]; then  # one build: GPU tests, FLINT_BENCH_ARGS bench, server tests
   FLINT_GPU_ALL=1 exec scripts/gpu-serve-tests.sh "$@"
