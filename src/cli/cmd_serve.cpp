@@ -44,7 +44,7 @@ struct ServeArgs {
   std::string hf_config_path;
   std::string max_model_len;
   int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
+  int max_num_batched_tokens = 0;  // 0: engine::default_max_num_batched_tokens for the device
   double gpu_memory_utilization = 0.9;
   std::string kv_cache_memory;  // empty: 1G on the CPU, from --gpu-memory-utilization on the GPU
   std::string device = "auto";
@@ -309,6 +309,22 @@ Status load(const ServeArgs& args, Loaded& out) {
   engine::EngineConfig ec;
   ec.max_num_seqs = a.max_num_seqs;
   ec.max_num_batched_tokens = a.max_num_batched_tokens;
+  if (ec.max_num_batched_tokens == 0) {  // vLLM's default for the device
+    uint64_t gpu_total = 0;
+    std::string gpu_name;
+#ifdef FLINT_HAVE_CUDA
+    if (device == Device::kCuda) {
+      FLINT_ASSIGN_OR_RETURN(cuda::GpuInfo gpu, cuda::gpu_info());
+      gpu_total = static_cast<uint64_t>(gpu.total);
+      gpu_name = gpu.name;
+    }
+#endif
+    ec.max_num_batched_tokens =
+        engine::default_max_num_batched_tokens(device == Device::kCuda, gpu_total, gpu_name);
+    spdlog::info("serve: --max-num-batched-tokens {} (vLLM's default on {})",
+                 ec.max_num_batched_tokens,
+                 device == Device::kCpu ? std::string("the CPU") : gpu_name);
+  }
   if (!a.max_model_len.empty()) {
     FLINT_ASSIGN_OR_RETURN(int64_t len, parse_human_int("--max-model-len", a.max_model_len));
     ec.max_model_len = static_cast<int>(std::min<int64_t>(len, INT32_MAX));
@@ -481,7 +497,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "prompt + output tokens (accepts 32k / 32K)");
   cmd->add_option("--max-num-seqs", a->max_num_seqs, "sequences per step")
       ->check(CLI::Range(1, 65536));
-  cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "tokens per step")
+  cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                  "tokens per step (default, as vLLM's: 8192 on a GPU of at least 70 GiB other "
+                  "than an A100, else 2048)")
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--device", a->device,
                   "auto (CUDA when built with it and a GPU is visible), cuda or cpu")

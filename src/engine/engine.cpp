@@ -3,11 +3,22 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <unordered_set>
 
 #include "engine/engine_core.h"
 
 namespace flint::engine {
+
+int default_max_num_batched_tokens(bool gpu, uint64_t gpu_total_bytes, std::string_view gpu_name) {
+  constexpr uint64_t kLargeGpu = uint64_t{70} << 30;
+  std::string name(gpu_name);
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const bool large = gpu && gpu_total_bytes >= kLargeGpu && name.find("a100") == std::string::npos;
+  return large ? 8192 : 2048;
+}
 
 std::optional<RequestOutput> OutputStream::next(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);

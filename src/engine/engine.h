@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -40,6 +41,11 @@ struct EngineConfig {
   DType kv_dtype = DType::kBF16;
   std::vector<int32_t> extra_eos_token_ids;  // e.g. the tokenizer's end-of-turn tokens
 };
+
+// vLLM's default --max-num-batched-tokens for `vllm serve`: 8192 on a GPU of at least 70 GiB that
+// is not an A100 (H100, H200, B200, MI300X), 2048 elsewhere (smaller GPUs, A100s, the CPU).
+// gpu_name is matched without regard to case.
+int default_max_num_batched_tokens(bool gpu, uint64_t gpu_total_bytes, std::string_view gpu_name);
 
 // Turns token ids into text (the tokenizer's decode). Called on the engine thread only.
 class TokenDecoder {

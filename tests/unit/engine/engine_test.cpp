@@ -162,5 +162,20 @@ TEST(Engine, StopAbortsWhatIsInFlight) {
   EXPECT_EQ(rest.back().outputs.back().finish_reason, FinishReason::kAbort);
 }
 
+// vLLM's `vllm serve` default: 8192 tokens a step on a GPU of at least 70 GiB that is not an A100,
+// 2048 on smaller GPUs, A100s (any case of the name) and the CPU.
+TEST(DefaultMaxNumBatchedTokens, IsVllmsServeDefaultForTheDevice) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  EXPECT_EQ(default_max_num_batched_tokens(true, 143771ull << 20, "NVIDIA H200"), 8192);
+  EXPECT_EQ(default_max_num_batched_tokens(true, 80 * kGiB, "NVIDIA H100 80GB HBM3"), 8192);
+  EXPECT_EQ(default_max_num_batched_tokens(true, 70 * kGiB, "AMD Instinct MI300X"), 8192);
+  EXPECT_EQ(default_max_num_batched_tokens(true, 70 * kGiB - 1, "NVIDIA H100"), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(true, 80 * kGiB, "NVIDIA A100-SXM4-80GB"), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(true, 80 * kGiB, "nvidia a100 80gb pcie"), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(true, 24 * kGiB, "NVIDIA L4"), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(false, 0, ""), 2048);
+  EXPECT_EQ(default_max_num_batched_tokens(false, 512 * kGiB, "NVIDIA H200"), 2048);
+}
+
 }  // namespace
 }  // namespace flint::engine::testing
