@@ -3,7 +3,7 @@
 // forward pass. Reported per step and per decode token. Arguments: sequences, sampling (0 greedy,
 // 1 temperature 0.8 + top-p 0.95), and where the token is drawn (0: the logits come to the host
 // sampler, as with the CPU backend; 1: the backend samples, as the CUDA backend does on the GPU, so
-// the host sees one id per row).
+// the host sees one id per row), and the prompt's length (the context each decode step attends).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -60,10 +60,11 @@ void BM_EngineDecodeStep(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const bool greedy = state.range(1) == 0;
   const bool device_sampling = state.range(2) == 1;
+  const int prompt_len = static_cast<int>(state.range(3));
   EngineConfig c;
   c.max_num_seqs = num_seqs;
   c.max_num_batched_tokens = 8192;
-  c.max_model_len = 8192;
+  c.max_model_len = prompt_len + 4096;
   c.kv_cache_memory = int64_t{64} << 30;
   auto core = EngineCore::create(c, std::make_unique<NullBackend>(device_sampling), nullptr);
   if (!core) {
@@ -75,7 +76,7 @@ void BM_EngineDecodeStep(benchmark::State& state) {
     while ((*core)->stats().num_running + (*core)->stats().num_waiting < num_seqs) {
       Request r;
       r.request_id = std::to_string(next_id++);
-      r.prompt_token_ids.assign(64, 7);
+      r.prompt_token_ids.assign(size_t(prompt_len), 7);
       r.params.max_tokens = 4000;
       r.params.ignore_eos = true;
       r.params.temperature = greedy ? 0.0f : 0.8f;
@@ -83,13 +84,17 @@ void BM_EngineDecodeStep(benchmark::State& state) {
       if (!(*core)->add_request(std::move(r), [](RequestOutput) {})) std::abort();
     }
   };
-  refill();
-  (*core)->step();  // prefill
+  // Enough steps for every new prompt's chunks (and a few decode steps, untimed).
+  auto prefill = [&] {
+    refill();
+    const int64_t steps = int64_t(prompt_len) * num_seqs / c.max_num_batched_tokens + 2;
+    for (int64_t i = 0; i < steps; ++i) (*core)->step();
+  };
+  prefill();
   for (auto _ : state) {
     if ((*core)->stats().num_running < num_seqs) {  // finished requests replaced, prefill untimed
       state.PauseTiming();
-      refill();
-      (*core)->step();
+      prefill();
       state.ResumeTiming();
     }
     (*core)->step();
@@ -99,7 +104,8 @@ void BM_EngineDecodeStep(benchmark::State& state) {
   (*core)->abort_all();
 }
 BENCHMARK(BM_EngineDecodeStep)
-    ->ArgsProduct({{1, 8, 64}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1, 8, 64}, {0, 1}, {0, 1}, {64}})
+    ->ArgsProduct({{1, 8}, {1}, {1}, {102400}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -34,6 +34,7 @@ struct Sequence {
   std::vector<int32_t> pages;  // full-layer pages covering [0, num_computed + scheduled)
   int32_t ring = -1;
   int num_registered_blocks = 0;         // full blocks offered to the prefix cache
+  BlockHashChain block_hashes;           // of tokens' full blocks, as far as registered
   std::vector<int> snapshot_boundaries;  // ascending token counts at which to snapshot the ring
   bool running = false;
   bool finished = false;

@@ -37,6 +37,18 @@ std::vector<uint64_t> block_hashes(std::span<const int32_t> tokens, int page_siz
   return out;
 }
 
+std::span<const uint64_t> BlockHashChain::upto(std::span<const int32_t> tokens, int page_size,
+                                               int num_blocks) {
+  FLINT_CHECK(num_blocks >= 0 && int64_t(num_blocks) * page_size <= int64_t(tokens.size()),
+              "kv: {} blocks of {} tokens from {} tokens", num_blocks, page_size, tokens.size());
+  hashes_.reserve(size_t(num_blocks));
+  while (hashes_.size() < size_t(num_blocks)) {
+    const uint64_t parent = hashes_.empty() ? 0 : hashes_.back();
+    hashes_.push_back(hash_block(parent, tokens.subspan(hashes_.size() * page_size, page_size)));
+  }
+  return std::span<const uint64_t>(hashes_).first(size_t(num_blocks));
+}
+
 KvManager::KvManager(int64_t num_pages, int page_size, int num_seq_rings, int num_snapshot_rings,
                      bool enable_prefix_caching, bool needs_ring_snapshots)
     : page_size_(page_size),
@@ -163,26 +175,27 @@ KvManager::PrefixHit KvManager::lookup(std::span<const int32_t> tokens, int max_
   return hit;
 }
 
-void KvManager::register_block(std::span<const int32_t> tokens, int block_idx, int32_t page_id) {
+void KvManager::register_block(std::span<const int32_t> tokens, int block_idx, int32_t page_id,
+                               std::span<const uint64_t> chain) {
   if (!enable_prefix_caching_) return;
   Page& p = pages_[page_id];
   FLINT_CHECK(p.ref_count > 0, "kv: registering unreferenced page {}", page_id);
+  FLINT_CHECK(block_idx >= 0 && chain.size() > size_t(block_idx),
+              "kv: block {} registered with {} chain hashes", block_idx, chain.size());
   if (p.cached) return;  // came from the cache already
-  std::vector<uint64_t> hashes = block_hashes(tokens, page_size_, block_idx + 1);
-  uint64_t h = hashes.back();
+  uint64_t h = chain[block_idx];
   if (hash_to_page_.count(h)) return;  // an identical block is cached already: keep that one
   p.cached = true;
   p.hash = h;
-  p.parent_hash = block_idx == 0 ? 0 : hashes[block_idx - 1];
+  p.parent_hash = block_idx == 0 ? 0 : chain[block_idx - 1];
   auto block = tokens.subspan(static_cast<size_t>(block_idx) * page_size_, page_size_);
   p.tokens.assign(block.begin(), block.end());
   hash_to_page_[h] = page_id;
 }
 
-std::optional<int32_t> KvManager::reserve_snapshot(std::span<const int32_t> tokens, int block_idx) {
+std::optional<int32_t> KvManager::reserve_snapshot(uint64_t h) {
   if (!enable_prefix_caching_ || !needs_ring_snapshots_) return std::nullopt;
   if (free_snapshot_rings_.empty() && snapshot_lru_.empty()) return std::nullopt;
-  uint64_t h = block_hashes(tokens, page_size_, block_idx + 1).back();
   if (!hash_to_page_.count(h) || snapshot_of_hash_.count(h)) return std::nullopt;
   int32_t ring;
   if (!free_snapshot_rings_.empty()) {

@@ -20,6 +20,17 @@ uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens);
 // Hashes of the first `num_blocks` full blocks of `tokens`.
 std::vector<uint64_t> block_hashes(std::span<const int32_t> tokens, int page_size, int num_blocks);
 
+// The hash chain of one growing token sequence (a Sequence's tokens only ever grow), each block
+// hashed once: registering block b of a long context then costs one block's hash, not b + 1.
+class BlockHashChain {
+ public:
+  // block_hashes(tokens, page_size, num_blocks), extending the chain from where it stopped.
+  std::span<const uint64_t> upto(std::span<const int32_t> tokens, int page_size, int num_blocks);
+
+ private:
+  std::vector<uint64_t> hashes_;
+};
+
 class KvManager {
  public:
   // Pages [0, num_pages); sequence rings [0, num_seq_rings); snapshot rings after those.
@@ -53,10 +64,19 @@ class KvManager {
   // layers a prefix is reusable only up to a block boundary that has a ring snapshot.
   PrefixHit lookup(std::span<const int32_t> tokens, int max_blocks);
   // Records that `page` holds full block `block_idx` of `tokens` (all of its tokens computed).
-  void register_block(std::span<const int32_t> tokens, int block_idx, int32_t page);
-  // A ring to copy the sequence's ring into, as the snapshot at the end of block `block_idx` of
-  // `tokens`; nullopt if there is one already, if that block is not cached, or if no snapshots.
-  std::optional<int32_t> reserve_snapshot(std::span<const int32_t> tokens, int block_idx);
+  // `chain`: the hashes of blocks 0..block_idx at least (block_hashes / BlockHashChain).
+  void register_block(std::span<const int32_t> tokens, int block_idx, int32_t page,
+                      std::span<const uint64_t> chain);
+  void register_block(std::span<const int32_t> tokens, int block_idx, int32_t page) {
+    register_block(tokens, block_idx, page, block_hashes(tokens, page_size_, block_idx + 1));
+  }
+  // A ring to copy the sequence's ring into, as the snapshot at the end of the block whose chain
+  // hash is `hash`; nullopt if there is one already, if that block is not cached, or if no
+  // snapshots.
+  std::optional<int32_t> reserve_snapshot(uint64_t hash);
+  std::optional<int32_t> reserve_snapshot(std::span<const int32_t> tokens, int block_idx) {
+    return reserve_snapshot(block_hashes(tokens, page_size_, block_idx + 1).back());
+  }
 
   int64_t num_cached_pages() const { return static_cast<int64_t>(hash_to_page_.size()); }
   int64_t num_snapshots() const { return static_cast<int64_t>(snapshot_of_hash_.size()); }

@@ -135,11 +135,17 @@ std::vector<EngineCore::Scheduled> EngineCore::schedule() {
 void EngineCore::build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
                             std::vector<int>* first_prompt_row) {
   model::StepInput& s = step_;
-  s = model::StepInput{};
+  // Cleared, not replaced: the vectors keep their capacity from step to step (a sequence at 100K
+  // tokens has a 6400-page block table).
+  for (auto* v : {&s.token_ids, &s.positions, &s.query_start_loc, &s.seq_lens, &s.ring_ids,
+                  &s.block_table, &s.slot_mapping, &s.logits_indices}) {
+    v->clear();
+  }
   const int page = config_.page_size;
   size_t max_blocks = 1;
   for (const Scheduled& x : sched) max_blocks = std::max(max_blocks, x.seq->pages.size());
   s.max_blocks_per_seq = static_cast<int32_t>(max_blocks);
+  s.block_table.reserve(sched.size() * max_blocks);
   s.query_start_loc.push_back(0);
   sample_row->assign(sched.size(), -1);
   first_prompt_row->assign(sched.size(), -1);
@@ -156,8 +162,8 @@ void EngineCore::build_step(const std::vector<Scheduled>& sched, std::vector<int
     s.query_start_loc.push_back(s.num_tokens());
     s.seq_lens.push_back(end);
     s.ring_ids.push_back(seq.ring);
-    for (size_t b = 0; b < max_blocks; ++b)
-      s.block_table.push_back(b < seq.pages.size() ? seq.pages[b] : 0);
+    s.block_table.insert(s.block_table.end(), seq.pages.begin(), seq.pages.end());
+    s.block_table.resize(s.block_table.size() + (max_blocks - seq.pages.size()), 0);
     const RequestState& req = *seq.req;
     if (seq.index == 0 && req.request.params.prompt_logprobs) {
       // Row p gives the logprob of prompt token p + 1.
@@ -188,13 +194,16 @@ void EngineCore::process_results(const std::vector<Scheduled>& sched,
     const int start = seq->num_computed;
     seq->num_computed += sched[i].num_new;
     while ((seq->num_registered_blocks + 1) * page <= seq->num_computed) {
-      kv_->register_block(seq->tokens, seq->num_registered_blocks,
-                          seq->pages[seq->num_registered_blocks]);
+      const int b = seq->num_registered_blocks;
+      kv_->register_block(seq->tokens, b, seq->pages[b],
+                          seq->block_hashes.upto(seq->tokens, page, b + 1));
       ++seq->num_registered_blocks;
     }
     if (has_sliding_ && std::find(seq->snapshot_boundaries.begin(), seq->snapshot_boundaries.end(),
                                   seq->num_computed) != seq->snapshot_boundaries.end()) {
-      if (auto ring = kv_->reserve_snapshot(seq->tokens, seq->num_computed / page - 1))
+      const int blocks = seq->num_computed / page;  // boundaries are whole blocks, at least one
+      auto chain = seq->block_hashes.upto(seq->tokens, page, blocks);
+      if (auto ring = chain.empty() ? std::nullopt : kv_->reserve_snapshot(chain.back()))
         backend_->copy_ring(seq->ring, *ring);
     }
     if (first_prompt_row[i] >= 0) {

@@ -113,5 +113,35 @@ TEST(KvManager, BlockHashesChain) {
   EXPECT_EQ(ha[1], hash_block(ha[0], std::span<const int32_t>(a).subspan(4, 4)));
 }
 
+// A growing sequence's chain hashes, extended a block at a time (and from an empty chain straight
+// to many blocks), equal block_hashes over the same tokens; registering through them makes the
+// same prefix cache as registering through the tokens alone.
+TEST(BlockHashChain, ExtendsToTheHashesOfTheWholePrefix) {
+  std::vector<int32_t> toks;
+  BlockHashChain grown, jumped;
+  for (int b = 0; b < 9; ++b) {
+    for (int i = 0; i < 4; ++i) toks.push_back(1000 + 37 * b + i * i);
+    auto got = grown.upto(toks, 4, b + 1);
+    const auto want = block_hashes(toks, 4, b + 1);
+    ASSERT_EQ(std::vector<uint64_t>(got.begin(), got.end()), want) << "after block " << b;
+  }
+  auto all = jumped.upto(toks, 4, 9);
+  EXPECT_EQ(std::vector<uint64_t>(all.begin(), all.end()), block_hashes(toks, 4, 9));
+  EXPECT_EQ(jumped.upto(toks, 4, 3).size(), 3u);  // a shorter view of the same chain
+  EXPECT_EQ(jumped.upto(toks, 4, 3).back(), block_hashes(toks, 4, 3).back());
+  EXPECT_DEATH(jumped.upto(toks, 4, 10), "10 blocks of 4 tokens from 36 tokens");
+
+  KvManager kv(16, 4, 2, 0, true, /*needs_ring_snapshots=*/false);
+  std::vector<int32_t> pages;
+  BlockHashChain chain;
+  for (int b = 0; b < 9; ++b) {
+    pages.push_back(*kv.allocate_page());
+    kv.register_block(toks, b, pages.back(), chain.upto(toks, 4, b + 1));
+  }
+  auto hit = kv.lookup(toks, 9);
+  EXPECT_EQ(hit.pages, pages);
+  EXPECT_EQ(hit.num_tokens, 36);
+}
+
 }  // namespace
 }  // namespace flint::engine
