@@ -177,8 +177,10 @@ def main() -> None:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
-        tail = log.read_text(errors="replace").splitlines()
-        print("serve log:", *[line for line in tail if "error" in line.lower()][:10], sep="\n  ")
+        lines = log.read_text(errors="replace").splitlines()
+        keep = ("error", "warn", "gpu", "engine:", "ready", "max-num-batched-tokens")
+        print("serve log:", *[ln for ln in lines if any(k in ln.lower() for k in keep)][:24],
+              sep="\n  ")
         shutil.rmtree(work, ignore_errors=True)
 
 
