@@ -119,6 +119,16 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Order-preserving map of a float's bits to an unsigned key (larger float, larger key; -0 below
+// +0), and back.
+__device__ __forceinline__ uint32_t ordered_key(float x) {
+  const uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
 // cos and sin of the NeoX RoPE angle pos * theta^(-2j/D) (cpu::rope_neox). The angle is formed
 // and reduced to [-pi, pi] in double, since positions reach 262K and FP32 would lose the phase;
 // the reduced angle then takes a float sincos (within ~3e-7 of the double one, and much cheaper

@@ -193,9 +193,7 @@ __global__ void __launch_bounds__(kThreads, NB <= 2 ? 3 : 2)
 // would never take (NaN, or below -FLT_MAX).
 __device__ __forceinline__ uint64_t pick_key(float v, int64_t r) {
   if (!(v >= -FLT_MAX)) return 0;
-  const uint32_t u = __float_as_uint(v);
-  const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return (uint64_t(ord) << 32) | uint64_t(0xffffffffu - uint32_t(r));
+  return (uint64_t(dev::ordered_key(v)) << 32) | uint64_t(0xffffffffu - uint32_t(r));
 }
 
 // x' of logits row t, staged in xs as the FP32 head's GEMV stages it (after the PDL wait), with
@@ -309,15 +307,6 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
   }
 }
 
-// A float's order-preserving bits (larger floats, larger keys; -0 below +0) and back.
-__device__ __forceinline__ uint32_t float_order(float v) {
-  const uint32_t u = __float_as_uint(v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float order_float(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-
 // The k-th largest (1-based, k <= the marked count) of the keys the block's threads mark, by a
 // most-significant-digit-first radix select: four 8-bit digits, each from a histogram of the keys
 // that share the digits found so far. hist: 256 words of shared memory; sel: 2.
@@ -391,12 +380,13 @@ __global__ void __launch_bounds__(kThreads) topk_fill_kernel(GreedyPickArgs a, i
   for (int j = 0; j < kPer; ++j) {
     const int i = threadIdx.x + j * kThreads;
     has[j] = i < count;
-    key[j] = has[j] ? float_order(__ldcg(a.maxima + int64_t(t) * kTopKMaximaPerRow + i)) : 0u;
+    key[j] = has[j] ? dev::ordered_key(__ldcg(a.maxima + int64_t(t) * kTopKMaximaPerRow + i)) : 0u;
   }
   const int k = max(1, a.top_k[t]);
   // More rows wanted than maxima: every row is a candidate (L = -inf).
-  const float L = k <= count ? order_float(block_kth_largest(key, has, uint32_t(k), s_hist, s_sel))
-                             : __int_as_float(0xff800000);
+  const float L = k <= count
+                      ? dev::key_value(block_kth_largest(key, has, uint32_t(k), s_hist, s_sel))
+                      : __int_as_float(0xff800000);
   const bool all = !isfinite(bx);
   const float* ap = a.approx + int64_t(t) * V;
   float* out = a.logits + int64_t(t) * V;

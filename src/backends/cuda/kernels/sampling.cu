@@ -77,15 +77,6 @@ struct Cluster {
   }
 };
 
-// Order-preserving map of a float's bits to an unsigned key (larger float, larger key).
-__device__ __forceinline__ uint32_t ordered_key(float x) {
-  const uint32_t u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-
 // Philox-4x32-10 (Salmon et al., SC'11).
 __device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
 #pragma unroll
@@ -611,7 +602,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   auto c0 = [&](int i, uint32_t& key) {
     const float l = src[i];
     const float x = (l - m) * inv_t;
-    key = ordered_key(l);
+    key = dev::ordered_key(l);
     return x > kMinLogRatio && x >= log_min_p;
   };
   auto mass = [&](int i) { return fixed_mass((src[i] - m) * inv_t); };
@@ -642,7 +633,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   uint32_t pk = 0;
   int64_t pcut = vocab;
   if (prm.top_p < 1.0f) {
-    auto mass_of_key = [&](uint32_t k) { return fixed_mass((key_value(k) - m) * inv_t); };
+    auto mass_of_key = [&](uint32_t k) { return fixed_mass((dev::key_value(k) - m) * inv_t); };
     auto top_p = [&](u64 total) -> u64 {
       if (total == 0) return 0;
       const u64 t = static_cast<u64>(ceil(static_cast<double>(prm.top_p) * double(total)));
