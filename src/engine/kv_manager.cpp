@@ -27,21 +27,15 @@ uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) {
 }
 
 std::vector<uint64_t> block_hashes(std::span<const int32_t> tokens, int page_size, int num_blocks) {
-  std::vector<uint64_t> out;
-  out.reserve(num_blocks);
-  uint64_t parent = 0;
-  for (int b = 0; b < num_blocks; ++b) {
-    parent = hash_block(parent, tokens.subspan(static_cast<size_t>(b) * page_size, page_size));
-    out.push_back(parent);
-  }
-  return out;
+  BlockHashChain chain;
+  const std::span<const uint64_t> h = chain.upto(tokens, page_size, num_blocks);
+  return std::vector<uint64_t>(h.begin(), h.end());
 }
 
 std::span<const uint64_t> BlockHashChain::upto(std::span<const int32_t> tokens, int page_size,
                                                int num_blocks) {
   FLINT_CHECK(num_blocks >= 0 && int64_t(num_blocks) * page_size <= int64_t(tokens.size()),
               "kv: {} blocks of {} tokens from {} tokens", num_blocks, page_size, tokens.size());
-  hashes_.reserve(size_t(num_blocks));
   while (hashes_.size() < size_t(num_blocks)) {
     const uint64_t parent = hashes_.empty() ? 0 : hashes_.back();
     hashes_.push_back(hash_block(parent, tokens.subspan(hashes_.size() * page_size, page_size)));
