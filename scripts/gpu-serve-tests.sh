@@ -7,7 +7,8 @@
 # With FLINT_GPU_ALL=1 (scripts/gpu.sh everything) the same build also runs `ctest -L gpu` and
 # `flint bench` (arguments in FLINT_BENCH_ARGS, and FLINT_BENCH_ARGS2 for a second table) before the
 # server tests, so one device call checks and measures the whole tree. With FLINT_GPU_E2E=1
-# (scripts/gpu.sh e2e) it builds flint only and runs tools/decode_e2e.py with the arguments instead.
+# (scripts/gpu.sh e2e) it builds flint only and runs tools/decode_e2e.py with the arguments instead;
+# with FLINT_GPU_ALL=1 and FLINT_E2E_ARGS set, decode_e2e.py also runs (with those) after the bench.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root="$PWD"
@@ -86,6 +87,12 @@ if [[ "${FLINT_GPU_ALL:-0}" == 1 ]]; then
     timeout 60 "$flint" bench --load-format dummy $FLINT_BENCH_ARGS2 > "$out/bench2.md" 2>> "$out/bench.log"
   fi
   say "bench done at ${SECONDS}s"
+  if [[ -n "${FLINT_E2E_ARGS:-}" ]]; then  # decode through `flint serve` (tools/decode_e2e.py)
+    # shellcheck disable=SC2086
+    timeout 240 python3 tools/decode_e2e.py --flint "$flint" $FLINT_E2E_ARGS > "$out/e2e.md" 2>&1
+    say "e2e rc $? at ${SECONDS}s"
+    cat "$out/e2e.md"
+  fi
 fi
 "$build/tests/cuda_tests" > "$out/cuda_tests.log" 2>&1
 say "cuda_tests: $(grep -E "PASSED|FAILED" "$out/cuda_tests.log" | tr '\n' ' ')"
