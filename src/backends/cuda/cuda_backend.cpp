@@ -187,6 +187,12 @@ Status CudaBackend::forward(const model::StepInput& step, std::span<float> logit
   return ok();
 }
 
+Status CudaBackend::forward_on_device(const model::StepInput& step) {
+  FLINT_TRY(run_step(step));
+  FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ok();
+}
+
 Status CudaBackend::reserve_sampling(size_t rows) {
   if (rows <= sample_rows_) return ok();
   FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -34,6 +34,9 @@ class CudaBackend final : public model::Backend {
   Status init_kv_cache(const model::KvCacheSpec& spec) override;
   // Validates the step (kInvalidArgument naming the problem), runs it, copies logits to host.
   Status forward(const model::StepInput& step, std::span<float> logits) override;
+  // As forward, but the logits stay on the device (the start-up memory profile: copying out the
+  // logits of every row of an 8192-token step would fill 4.9 GB of host memory for nothing).
+  Status forward_on_device(const model::StepInput& step);
   void copy_ring(int32_t src_ring, int32_t dst_ring) override;
   bool can_sample() const override { return true; }
   // As forward, then samples on the GPU (kernels/sampling.h); only the tokens come back.

@@ -220,8 +220,7 @@ Result<std::unique_ptr<CudaBackend>> profiled(Make&& make, const char* smaller,
   FLINT_TRY((*backend)->init_kv_cache(profile_kv_spec(c, shape)));
   const int64_t free1 = free_now();
   const model::StepInput step = profile_step(c, shape);
-  std::vector<float> logits(step.logits_indices.size() * static_cast<size_t>(c.vocab_size));
-  if (auto st = (*backend)->forward(step, logits); !st) {
+  if (auto st = (*backend)->forward_on_device(step); !st) {
     return st.error().with_context("gpu memory: the profiling step of {} tokens in {} sequences",
                                    step.num_tokens(), step.num_seqs());
   }
