@@ -243,39 +243,22 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   cap_table_ = std::max(cap_table_, table_len);
   cap_logits_ = std::max(cap_logits_, num_logits);
   const int64_t T = cap_tokens_, L = c.num_hidden_layers;
-  // int32 metadata segments, in order; the first kHostStaged are copied from the host each step
-  // (upload_step), the routing ids and moe_route's block counter live on the device only.
-  struct Segment {
-    int32_t** view;
-    int64_t n;
-  };
-  const Segment meta_segs[] = {{&d_tokens_, T},
-                               {&d_pos_, T},
-                               {&d_seq_, T},
-                               {&d_slots_, T},
-                               {&d_rings_, cap_seqs_},
-                               {&d_table_, cap_table_},
-                               {&d_logit_rows_, cap_logits_},
-                               {&d_qsl_, cap_seqs_ + 1},
-                               {&d_seq_lens_, cap_seqs_},
-                               {&d_ids_, L * T * slots_},
-                               {&d_route_counter_, 1}};
-  constexpr size_t kHostStaged = 9;
-  int64_t meta = 0, staged = 0;
-  for (size_t k = 0; k < std::size(meta_segs); ++k) {
-    meta += meta_segs[k].n;
-    if (k < kHostStaged) staged += meta_segs[k].n;
-  }
+  // int32 metadata: first the staged region, which upload_step fills with the step's nine host
+  // arrays packed at offsets that depend only on the step's plan (one copy per step); room for
+  // each at its capacity plus its alignment padding. Then the routing ids and moe_route's block
+  // counter, which live on the device only.
+  const int64_t staged = staged_offset(T) + staged_offset(T) + staged_offset(T) + staged_offset(T) +
+                         staged_offset(cap_seqs_) + staged_offset(cap_table_) +
+                         staged_offset(cap_logits_) + staged_offset(cap_seqs_ + 1) +
+                         staged_offset(cap_seqs_);
+  const int64_t ids = L * T * slots_;
   FLINT_CUDA_CHECK(cudaDeviceSynchronize());  // buffers may be in use by queued work
   ++buffer_generation_;
-  auto m = DeviceBuffer::allocate(meta * 4);
+  auto m = DeviceBuffer::allocate((staged + ids + 1) * 4);
   if (!m) return m.error().with_context("allocating step metadata");
   meta_ = std::move(m).value();
-  int32_t* p = meta_.as<int32_t>();
-  for (const Segment& seg : meta_segs) {
-    *seg.view = p;
-    p += seg.n;
-  }
+  d_ids_ = meta_.as<int32_t>() + staged;
+  d_route_counter_ = d_ids_ + ids;
   // moe_route's block counter: zero between launches.
   FLINT_CUDA_CHECK(cudaMemset(d_route_counter_, 0, sizeof(int32_t)));
   if (route_state_.data() == nullptr) {
@@ -434,21 +417,27 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   // have normally finished long since, so this wait does not stall the host.
   stage_ ^= 1;
   FLINT_CUDA_CHECK(cudaEventSynchronize(staged_[stage_]));
-  int32_t* p = stage_ == 0 ? pinned_ : pinned_back_;
-  auto put = [&](const int32_t* src, size_t n, int32_t* dst) {
-    std::memcpy(p, src, n * 4);
-    if (n > 0) FLINT_CUDA_CHECK(cudaMemcpyAsync(dst, p, n * 4, cudaMemcpyHostToDevice, s));
-    p += n;
+  // The nine arrays packed into the pinned half and copied in one cudaMemcpyAsync; the device
+  // views point at the same offsets, which depend only on (T, S, stride, logits rows): a graph
+  // replayed for an equal plan reads where this step's copy writes.
+  int32_t* const pin = stage_ == 0 ? pinned_ : pinned_back_;
+  int32_t* const dev = meta_.as<int32_t>();
+  int64_t off = 0;
+  auto put = [&](const int32_t* src, size_t n, int32_t** view) {
+    if (n > 0) std::memcpy(pin + off, src, n * 4);
+    *view = dev + off;
+    off += staged_offset(static_cast<int64_t>(n));
   };
-  put(st.token_ids.data(), T, d_tokens_);
-  put(st.positions.data(), T, d_pos_);
-  put(seq_idx.data(), T, d_seq_);
-  put(st.slot_mapping.data(), T, d_slots_);
-  put(st.ring_ids.data(), S, d_rings_);
-  put(table.data(), table.size(), d_table_);
-  put(st.logits_indices.data(), st.logits_indices.size(), d_logit_rows_);
-  put(st.query_start_loc.data(), S + 1, d_qsl_);
-  put(st.seq_lens.data(), S, d_seq_lens_);
+  put(st.token_ids.data(), T, &d_tokens_);
+  put(st.positions.data(), T, &d_pos_);
+  put(seq_idx.data(), T, &d_seq_);
+  put(st.slot_mapping.data(), T, &d_slots_);
+  put(st.ring_ids.data(), S, &d_rings_);
+  put(table.data(), table.size(), &d_table_);
+  put(st.logits_indices.data(), st.logits_indices.size(), &d_logit_rows_);
+  put(st.query_start_loc.data(), S + 1, &d_qsl_);
+  put(st.seq_lens.data(), S, &d_seq_lens_);
+  FLINT_CUDA_CHECK(cudaMemcpyAsync(dev, pin, off * 4, cudaMemcpyHostToDevice, s));
   FLINT_CUDA_CHECK(cudaEventRecord(staged_[stage_], s));
   return plan;
 }

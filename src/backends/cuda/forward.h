@@ -208,13 +208,18 @@ class CudaForward {
   int slots_ = 0;
   int64_t max_act_cols_ = 0;
 
+  // Elements one staged array of n int32 takes in meta_ (and the pinned halves): n rounded up to
+  // 16, so that every array starts 64-byte aligned.
+  static constexpr int64_t staged_offset(int64_t n) { return (n + 15) / 16 * 16; }
+
   // Capacity of the step-sized buffers.
   int cap_tokens_ = 0, cap_seqs_ = 0, cap_logits_ = 0;
   int64_t cap_table_ = 0;
   DeviceBuffer meta_, work_;
   int32_t* pinned_ = nullptr;
   size_t pinned_elems_ = 0;
-  // Views into meta_ (int32) and work_ (f32).
+  // Views into meta_ (int32; the nine staged arrays' views are set by each upload_step, at offsets
+  // its plan fixes) and work_ (f32).
   int32_t *d_tokens_ = nullptr, *d_pos_ = nullptr, *d_seq_ = nullptr, *d_slots_ = nullptr,
           *d_rings_ = nullptr, *d_table_ = nullptr, *d_logit_rows_ = nullptr, *d_ids_ = nullptr,
           *d_qsl_ = nullptr, *d_seq_lens_ = nullptr, *d_route_counter_ = nullptr;
