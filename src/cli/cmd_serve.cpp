@@ -61,6 +61,8 @@ struct ServeArgs {
   bool exclude_tools_when_tool_choice_none = false;
   bool enable_prefix_caching = true;
   bool no_enable_prefix_caching = false;
+  bool async_scheduling = true;
+  bool no_async_scheduling = false;
   std::string generation_config = "auto";
   int max_num_waiting = 0;
   int threads = 0;
@@ -330,6 +332,7 @@ Status load(const ServeArgs& args, Loaded& out) {
     ec.max_model_len = static_cast<int>(std::min<int64_t>(len, INT32_MAX));
   }
   ec.enable_prefix_caching = a.enable_prefix_caching && !a.no_enable_prefix_caching;
+  ec.async_scheduling = a.async_scheduling && !a.no_async_scheduling;
   ec.seed = a.seed;
   ec.max_num_waiting = a.max_num_waiting;
   ec.extra_eos_token_ids = cfg.generation.eos_token_ids;
@@ -531,6 +534,10 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                 "reuse shared prompt prefixes (default)");
   cmd->add_flag("--no-enable-prefix-caching", a->no_enable_prefix_caching,
                 "turn prefix caching off");
+  cmd->add_flag("--async-scheduling", a->async_scheduling,
+                "queue the next decode step before reading this one's tokens (default; GPU)");
+  cmd->add_flag("--no-async-scheduling", a->no_async_scheduling,
+                "wait for each step's tokens before queuing the next");
   cmd->add_option("--generation-config", a->generation_config,
                   "auto (use generation_config.json defaults) or vllm (ignore them)");
   cmd->add_option("--max-num-waiting", a->max_num_waiting,

@@ -40,6 +40,10 @@ struct EngineConfig {
   int max_num_waiting = 0;  // add_request fails with kUnavailable beyond; 0: unlimited
   DType kv_dtype = DType::kBF16;
   std::vector<int32_t> extra_eos_token_ids;  // e.g. the tokenizer's end-of-turn tokens
+  // Queue the next decode step on the device before reading this one's tokens, when the backend
+  // can (Backend::can_chain) and the step allows it (EngineCore::launch_ahead_of); the tokens are
+  // the same either way.
+  bool async_scheduling = true;
 };
 
 // vLLM's default --max-num-batched-tokens for `vllm serve`: 8192 on a GPU of at least 70 GiB that

@@ -219,9 +219,16 @@ void EngineCore::abort_all() {
   std::vector<std::string> ids;
   for (auto& [id, req] : requests_) ids.push_back(id);
   for (auto& id : ids) abort(id);
+  if (inflight_) {  // every row of it is dropped; the backend must not be left with a launch
+    sampled_.resize(inflight_->num_rows);
+    inflight_.reset();
+    if (Status st = backend_->wait_sample(sampled_); !st)
+      spdlog::warn("engine: a queued step failed at shutdown: {}", st.error().message);
+  }
 }
 
 void EngineCore::step() {
+  if (inflight_) return finish_inflight();
   if (requests_.empty()) return;
   std::vector<Scheduled> sched = schedule();
   if (sched.empty()) {
@@ -232,15 +239,27 @@ void EngineCore::step() {
   build_step(sched, &sample_row, &first_prompt_row);
   Status st = ok();
   if (fill_device_sampling(sched, sample_row)) {
-    // Only the sampled tokens come back from the device, not vocab_size floats per row.
-    sampled_.resize(device_params_.size());
-    st = backend_->forward_sample(step_, device_params_, sampled_);
+    if (pipelining()) {
+      // Launched, not waited for: finish_inflight queues the next step behind it first.
+      st = backend_->launch_sample(step_, device_params_, /*chain=*/false);
+      ++counters_.num_steps;
+      if (st) {
+        inflight_ = InFlight{std::move(sched), std::move(sample_row), std::move(first_prompt_row),
+                             device_params_.size()};
+        return finish_inflight();
+      }
+    } else {
+      // Only the sampled tokens come back from the device, not vocab_size floats per row.
+      sampled_.resize(device_params_.size());
+      st = backend_->forward_sample(step_, device_params_, sampled_);
+      ++counters_.num_steps;
+    }
   } else {
     sampled_.clear();
     logits_.resize(step_.logits_indices.size() * static_cast<size_t>(vocab_size_));
     st = backend_->forward(step_, logits_);
+    ++counters_.num_steps;
   }
-  ++counters_.num_steps;
   if (!st) {
     spdlog::error("engine: forward failed: {}", st.error().message);
     fail_scheduled(sched, st.error());
@@ -250,8 +269,66 @@ void EngineCore::step() {
   emit_outputs();
 }
 
+void EngineCore::finish_inflight() {
+  InFlight cur = std::move(*inflight_);
+  inflight_.reset();
+  // Queued before this step's tokens are read, so the device goes on to it while the host records
+  // them. emit_outputs drops the entries of requests it frees from the queued step.
+  inflight_ = launch_ahead_of(cur);
+  sampled_.resize(cur.num_rows);
+  Status st = backend_->wait_sample(sampled_);
+  if (!st) {
+    spdlog::error("engine: forward failed: {}", st.error().message);
+    fail_scheduled(cur.sched, st.error());
+  } else {
+    process_results(cur.sched, cur.sample_row, cur.first_prompt_row);
+  }
+  emit_outputs();
+}
+
+std::optional<EngineCore::InFlight> EngineCore::launch_ahead_of(const InFlight& cur) {
+  if (!waiting_.empty() || cur.num_rows != cur.sched.size() || cur.sched.empty()) return {};
+  std::vector<int> ahead(cur.sched.size());
+  for (size_t i = 0; i < cur.sched.size(); ++i) {
+    const Sequence* seq = cur.sched[i].seq;
+    if (seq == nullptr || seq->finished || cur.sample_row[i] != static_cast<int>(i)) return {};
+    const RequestState& req = *seq->req;
+    const int len = static_cast<int>(seq->tokens.size());  // before the in-flight token
+    // After the in-flight token the sequence must still run: not at max_tokens or max_model_len.
+    if (seq->num_output() + 1 >= req.max_tokens || len + 1 >= config_.max_model_len) return {};
+    if (seq->num_computed + cur.sched[i].num_new != len) return {};  // not its last chunk
+    if (has_sliding_ && config_.enable_prefix_caching) {
+      for (int b : seq->snapshot_boundaries)
+        if (b > seq->num_computed) return {};  // process_results would copy the ring mid-flight
+    }
+    ahead[i] = cur.sched[i].num_new;
+  }
+  std::vector<Scheduled> sched;
+  sched.reserve(cur.sched.size());
+  for (const Scheduled& x : cur.sched) {
+    // The queued token sits at position len; its page may be new. Pages grown here and not used
+    // (no launch) are the next step's anyway.
+    if (!grow_pages(x.seq, static_cast<int>(x.seq->tokens.size()) + 1)) return {};
+    sched.push_back({x.seq, 1});
+  }
+  std::vector<int> sample_row, first_prompt_row;
+  build_step(sched, &sample_row, &first_prompt_row, ahead);
+  if (!fill_device_sampling(sched, sample_row, /*ahead_outputs=*/1) ||
+      device_params_.size() != sched.size()) {
+    return {};
+  }
+  Status st = backend_->launch_sample(step_, device_params_, /*chain=*/true);
+  if (!st) {  // the next step runs unqueued and meets the error, if it recurs, there
+    spdlog::warn("engine: queuing a decode step failed: {}", st.error().message);
+    return {};
+  }
+  ++counters_.num_steps;
+  return InFlight{std::move(sched), std::move(sample_row), std::move(first_prompt_row),
+                  device_params_.size()};
+}
+
 bool EngineCore::fill_device_sampling(const std::vector<Scheduled>& sched,
-                                      const std::vector<int>& sample_row) {
+                                      const std::vector<int>& sample_row, int ahead_outputs) {
   if (!backend_->can_sample()) return false;
   device_params_.assign(step_.logits_indices.size(), model::DeviceSampling{});
   size_t num_rows = 0;
@@ -262,12 +339,12 @@ bool EngineCore::fill_device_sampling(const std::vector<Scheduled>& sched,
     const ResolvedSampling& r = seq.req->sampling;
     if (p.logprobs || p.prompt_logprobs || !p.logit_bias.empty() || r.repetition_penalty != 1.0f ||
         p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f ||
-        seq.num_output() < p.min_tokens) {
+        seq.num_output() + ahead_outputs < p.min_tokens) {
       return false;
     }
     device_params_[sample_row[i]] = model::DeviceSampling{
         r.temperature, r.top_k,         r.top_p,
-        r.min_p,       seq.sample_seed, static_cast<uint64_t>(seq.num_output())};
+        r.min_p,       seq.sample_seed, uint64_t(seq.num_output() + ahead_outputs)};
     ++num_rows;
   }
   return num_rows > 0 && num_rows == step_.logits_indices.size();  // no prompt-logprobs rows
@@ -276,6 +353,7 @@ bool EngineCore::fill_device_sampling(const std::vector<Scheduled>& sched,
 void EngineCore::fail_scheduled(const std::vector<Scheduled>& sched, const Error& error) {
   failed_error_ = error;
   for (const Scheduled& s : sched) {
+    if (s.seq == nullptr) continue;
     for (auto& seq : s.seq->req->seqs) finish_seq(seq.get(), FinishReason::kError);
   }
 }
@@ -385,7 +463,13 @@ void EngineCore::emit_outputs() {
     }
     if (req->sink) req->sink(std::move(out));
   }
-  for (RequestState* req : finished_) requests_.erase(req->request.request_id);
+  for (RequestState* req : finished_) {
+    if (inflight_) {  // its queued rows, if any, are dropped when they arrive
+      for (Scheduled& x : inflight_->sched)
+        if (x.seq != nullptr && x.seq->req == req) x.seq = nullptr;
+    }
+    requests_.erase(req->request.request_id);
+  }
   finished_.clear();
   failed_error_.reset();
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -85,7 +86,7 @@ class EngineCore {
   // Aborts everything (engine shutdown).
   void abort_all();
 
-  bool has_work() const { return !requests_.empty(); }
+  bool has_work() const { return !requests_.empty() || inflight_.has_value(); }
   // One scheduling step and forward pass; outputs are delivered to the sinks before it returns.
   void step();
 
@@ -99,8 +100,15 @@ class EngineCore {
 
  private:
   struct Scheduled {
-    Sequence* seq;
+    Sequence* seq;  // null once its request is freed while the step is in flight
     int num_new;
+  };
+  // A step launched on the backend (Backend::launch_sample) whose tokens are not read yet. Its
+  // rows are its sampled entries in order (row i samples for sched[i] when chained).
+  struct InFlight {
+    std::vector<Scheduled> sched;
+    std::vector<int> sample_row, first_prompt_row;
+    size_t num_rows = 0;
   };
   EngineCore() = default;
   std::vector<Scheduled> schedule();
@@ -109,12 +117,26 @@ class EngineCore {
   bool grow_pages(Sequence* seq, int num_tokens);
   void preempt(Sequence* seq);
   void release_kv(Sequence* seq);
+  // Fills step_. `ahead` (launch_ahead_of): per entry, the tokens the in-flight step computes for
+  // it; the entry's tokens then start that far past num_computed, and the ids not yet known are 0
+  // (the backend chains them from the in-flight step's samples).
   void build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
-                  std::vector<int>* first_prompt_row);
+                  std::vector<int>* first_prompt_row, std::span<const int> ahead = {});
   // True (and device_params_ filled) when every logits row of the step samples a token with
   // parameters the backend applies itself: no logprobs, penalties, logit_bias or min_tokens.
-  bool fill_device_sampling(const std::vector<Scheduled>& sched,
-                            const std::vector<int>& sample_row);
+  // `ahead_outputs`: output tokens not yet recorded (1 for a step queued by launch_ahead_of).
+  bool fill_device_sampling(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row,
+                            int ahead_outputs = 0);
+  bool pipelining() const { return config_.async_scheduling && backend_->can_chain(); }
+  // Queues the next decode step of cur's sequences behind cur (in flight), its tokens
+  // chained on the device from inflight_'s samples, when that cannot change what the engine
+  // outputs: every entry of inflight_ samples on the device and will still run after its token
+  // (no length limit reached; an EOS or stop string found then wastes the queued row, which is
+  // dropped), no request waits for admission, no ring snapshot is due and the pages are there.
+  // Returns the queued step, or nothing.
+  std::optional<InFlight> launch_ahead_of(const InFlight& cur);
+  // Waits for inflight_ and records its tokens, queuing the next step first when it can.
+  void finish_inflight();
   void process_results(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row,
                        const std::vector<int>& first_prompt_row);
   // Draws the token of each host-sampled row (sample_row >= 0, logits on the host) into
@@ -143,6 +165,7 @@ class EngineCore {
   std::vector<RequestState*> finished_;  // finished this step, freed after emitting
   std::optional<Error> failed_error_;    // why this step's requests failed, if it did
 
+  std::optional<InFlight> inflight_;
   model::StepInput step_;
   std::vector<float> logits_;
   std::vector<model::DeviceSampling> device_params_;  // [num_logits] when sampling on the device

@@ -52,6 +52,27 @@ class Backend {
     (void)tokens;
     return Error{ErrorCode::kUnsupported, "backend: no device sampling"};
   }
+
+  // forward_sample in two halves, so that the engine can queue the next decode step before it has
+  // read this one's tokens and the host's work between steps overlaps the device's (vLLM's async
+  // scheduling). launch_sample queues a step, wait_sample returns the tokens of the oldest step
+  // launched and not yet waited for; at most two are outstanding. With `chain`, the step's
+  // token_ids are not read: token i of the step (step.num_tokens() must equal the previous
+  // launch's number of rows) is the token the previously launched step sampled for its row i.
+  // Nothing else (forward, forward_sample, copy_ring, init_kv_cache) may run while a launch is
+  // outstanding.
+  virtual bool can_chain() const { return false; }
+  virtual Status launch_sample(const StepInput& step, std::span<const DeviceSampling> params,
+                               bool chain) {
+    (void)step;
+    (void)params;
+    (void)chain;
+    return Error{ErrorCode::kUnsupported, "backend: no queued device sampling"};
+  }
+  virtual Status wait_sample(std::span<int32_t> tokens) {
+    (void)tokens;
+    return Error{ErrorCode::kUnsupported, "backend: no queued device sampling"};
+  }
 };
 
 }  // namespace flint::model

@@ -218,6 +218,109 @@ TEST(CudaBackendSample, HeadRowsNotAMultipleOf16GetNoGreedyCopyAndSayWhy) {
   }
 }
 
+// launch_sample / wait_sample (the engine's async scheduling): each decode step is launched with
+// `chain` before the previous one's tokens are read, its token ids copied on the device from that
+// step's samples. The tokens must be those of forward_sample on steps given the same tokens from
+// the host, for the greedy head, the top-k head and the full logits with the sampler.
+TEST(CudaBackendSample, ChainedStepsDrawWhatStepsGivenTheirTokensDraw) {
+  FLINT_REQUIRE_GPU();
+  TinyOptions o;
+  o.linear_dtype = DType::kBF16;
+  o.vocab_size = 1000;
+  o.seed = 47;
+  const auto m = cpu::testing::make_tiny_model(o);
+  constexpr int kSeqs = 3, kSteps = 24;
+  struct Variant {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    float top_p;
+  };
+  for (const Variant& v : {Variant{"greedy", 0.0f, 0, 1.0f}, Variant{"top-k", 0.9f, 5, 0.95f},
+                           Variant{"top-p", 0.7f, 0, 0.9f}}) {
+    SCOPED_TRACE(v.name);
+    auto fed = CudaBackend::create(m.weights);
+    auto chained = CudaBackend::create(m.weights);
+    ASSERT_TRUE(fed.has_value() && chained.has_value());
+    ASSERT_TRUE((*chained)->can_chain());
+    cpu::SimpleSteps fed_steps(kSeqs, 128, 16), chain_steps(kSeqs, 128, 16);
+    ASSERT_TRUE((*fed)->init_kv_cache(fed_steps.kv_spec(DType::kBF16)));
+    ASSERT_TRUE((*chained)->init_kv_cache(chain_steps.kv_spec(DType::kBF16)));
+    for (int s = 0; s < kSeqs; ++s) {
+      std::vector<int32_t> prompt(3 + 4 * s);
+      std::iota(prompt.begin(), prompt.end(), 31 * s + 7);
+      fed_steps.add(s, prompt, false);
+      chain_steps.add(s, prompt, false);
+    }
+    auto params = [&](int step) {
+      std::vector<model::DeviceSampling> p(kSeqs);
+      for (int s = 0; s < kSeqs; ++s) {
+        p[s].temperature = v.temperature;
+        p[s].top_k = v.top_k;
+        p[s].top_p = v.top_p;
+        p[s].seed = 100 + s;
+        p[s].step = static_cast<uint64_t>(step);
+      }
+      return p;
+    };
+    std::vector<std::vector<int32_t>> want(kSteps, std::vector<int32_t>(kSeqs, -1));
+    for (int step = 0; step < kSteps; ++step) {
+      const Status st = (*fed)->forward_sample(fed_steps.take(), params(step), want[step]);
+      ASSERT_TRUE(st) << st.error().message;
+      for (int s = 0; s < kSeqs; ++s)
+        fed_steps.add(s, std::span<const int32_t>(&want[step][s], 1), false);
+    }
+    std::vector<std::vector<int32_t>> got(kSteps, std::vector<int32_t>(kSeqs, -1));
+    const int32_t unknown = 0;  // the chained steps' ids on the host: never read
+    ASSERT_TRUE((*chained)->launch_sample(chain_steps.take(), params(0), false));
+    for (int step = 1; step < kSteps; ++step) {
+      for (int s = 0; s < kSeqs; ++s)
+        chain_steps.add(s, std::span<const int32_t>(&unknown, 1), false);
+      const Status st = (*chained)->launch_sample(chain_steps.take(), params(step), true);
+      ASSERT_TRUE(st) << st.error().message;
+      ASSERT_TRUE((*chained)->wait_sample(got[step - 1]));
+    }
+    ASSERT_TRUE((*chained)->wait_sample(got[kSteps - 1]));
+    for (int step = 0; step < kSteps; ++step) EXPECT_EQ(got[step], want[step]) << "step " << step;
+    EXPECT_GT((*chained)->graph_stats().replays, kSteps / 2);
+  }
+}
+
+// The queue's contract: a chained step needs a launch before it with as many rows as it has
+// tokens, at most kMaxQueued launches are outstanding, wait_sample needs one, and forward_sample
+// refuses to run while one is outstanding.
+TEST(CudaBackendSample, QueuedLaunchesRefuseWhatTheContractForbids) {
+  FLINT_REQUIRE_GPU();
+  const auto m = cpu::testing::make_tiny_model(TinyOptions{});
+  auto be = CudaBackend::create(m.weights);
+  ASSERT_TRUE(be.has_value());
+  cpu::SimpleSteps steps(2, 32, 4);
+  ASSERT_TRUE((*be)->init_kv_cache(steps.kv_spec(DType::kBF16)));
+  std::vector<int32_t> tokens(2);
+  EXPECT_FALSE((*be)->wait_sample(tokens));
+  const std::vector<int32_t> prompt = {5, 6, 7}, next = {0};
+  steps.add(0, prompt, false);
+  steps.add(1, prompt, false);
+  const std::vector<model::DeviceSampling> greedy(2, model::DeviceSampling{0.0f});
+  const model::StepInput first = steps.take();
+  EXPECT_FALSE((*be)->launch_sample(first, greedy, true)) << "nothing to chain from";
+  ASSERT_TRUE((*be)->launch_sample(first, greedy, false));
+  cpu::SimpleSteps other(1, 32, 4);
+  other.add(0, next, false);
+  const model::StepInput one = other.take();  // one token after a two-row launch
+  EXPECT_FALSE((*be)->launch_sample(one, std::span(greedy).first(1), true));
+  steps.add(0, next, false);
+  steps.add(1, next, false);
+  const model::StepInput two = steps.take();
+  EXPECT_FALSE((*be)->forward_sample(two, greedy, tokens)) << "a launch is outstanding";
+  ASSERT_TRUE((*be)->launch_sample(two, greedy, true));
+  EXPECT_FALSE((*be)->launch_sample(two, greedy, true)) << "a third outstanding launch";
+  ASSERT_TRUE((*be)->wait_sample(tokens));
+  ASSERT_TRUE((*be)->wait_sample(tokens));
+  EXPECT_FALSE((*be)->wait_sample(tokens));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(CudaBackendSample, RejectsMismatchedParams) {
   FLINT_REQUIRE_GPU();
   const auto m = cpu::testing::make_tiny_model(TinyOptions{});

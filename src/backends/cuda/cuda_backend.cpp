@@ -60,8 +60,11 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   clear_graphs();
   fwd_.reset();
-  if (h_sample_params_ != nullptr) cudaFreeHost(h_sample_params_);
-  if (h_sample_tokens_ != nullptr) cudaFreeHost(h_sample_tokens_);
+  for (SampleSlot& slot : slots_) {
+    if (slot.params != nullptr) cudaFreeHost(slot.params);
+    if (slot.tokens != nullptr) cudaFreeHost(slot.tokens);
+    if (slot.done != nullptr) cudaEventDestroy(slot.done);
+  }
   cudaStreamDestroy(stream_);
 }
 
@@ -148,10 +151,15 @@ cudaGraphExec_t CudaBackend::find_or_capture(const StepPlan& plan) {
   return exec;
 }
 
-Status CudaBackend::run_step(const model::StepInput& step, LmHead head, LmHead* ran) {
+Status CudaBackend::run_step(const model::StepInput& step, LmHead head, LmHead* ran,
+                             const int32_t* chain) {
   if (!fwd_) return make_error(ErrorCode::kInternal, "cuda: forward before init_kv_cache");
   const bool decode = is_decode(step);
   FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_));
+  if (chain != nullptr) {  // the token ids: the previous step's samples, never on the host
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(fwd_->step_tokens(), chain, plan.num_tokens * sizeof(int32_t),
+                                     cudaMemcpyDeviceToDevice, stream_));
+  }
   plan.head = fwd_->greedy_head_serves(plan) ? head : LmHead::kLogits;
   if (ran != nullptr) *ran = plan.head;
   if (fwd_->buffer_generation() != graphs_generation_) {
@@ -195,6 +203,10 @@ Status CudaBackend::forward_on_device(const model::StepInput& step) {
 
 Status CudaBackend::reserve_sampling(size_t rows) {
   if (rows <= sample_rows_) return ok();
+  if (!launched_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda: {} sampled rows need larger buffers while a step is queued", rows);
+  }
   FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   auto p = DeviceBuffer::allocate(rows * sizeof(SampleParams));
   if (!p) return p.error().with_context("allocating sampling parameters");
@@ -202,11 +214,18 @@ Status CudaBackend::reserve_sampling(size_t rows) {
   if (!t) return t.error().with_context("allocating sampled tokens");
   d_sample_params_ = std::move(p).value();
   d_sample_tokens_ = std::move(t).value();
-  if (h_sample_params_ != nullptr) cudaFreeHost(h_sample_params_);
-  if (h_sample_tokens_ != nullptr) cudaFreeHost(h_sample_tokens_);
-  FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_params_, rows * sizeof(SampleParams)));
-  FLINT_CUDA_CHECK(cudaMallocHost(&h_sample_tokens_, 2 * rows * sizeof(int32_t)));
-  h_head_top_k_ = h_sample_tokens_ + rows;
+  for (SampleSlot& slot : slots_) {
+    if (slot.params != nullptr) cudaFreeHost(slot.params);
+    if (slot.tokens != nullptr) cudaFreeHost(slot.tokens);
+    slot.params = nullptr;
+    slot.tokens = nullptr;
+    FLINT_CUDA_CHECK(cudaMallocHost(&slot.params, rows * sizeof(SampleParams)));
+    FLINT_CUDA_CHECK(cudaMallocHost(&slot.tokens, 2 * rows * sizeof(int32_t)));
+    slot.head_top_k = slot.tokens + rows;
+    if (slot.done == nullptr) {
+      FLINT_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    }
+  }
   sample_rows_ = rows;
   return ok();
 }
@@ -214,13 +233,37 @@ Status CudaBackend::reserve_sampling(size_t rows) {
 Status CudaBackend::forward_sample(const model::StepInput& step,
                                    std::span<const model::DeviceSampling> params,
                                    std::span<int32_t> tokens) {
-  const size_t n = step.logits_indices.size();
-  if (params.size() != n || tokens.size() < n) {
+  if (!launched_.empty()) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "cuda: {} logits rows but {} sampling parameters and room for {} tokens", n,
-                      params.size(), tokens.size());
+                      "cuda: forward_sample with {} queued steps not waited for", launched_.size());
+  }
+  if (tokens.size() < step.logits_indices.size()) {
+    return make_error(ErrorCode::kInvalidArgument, "cuda: room for {} tokens, the step samples {}",
+                      tokens.size(), step.logits_indices.size());
+  }
+  FLINT_TRY(launch_sample(step, params, /*chain=*/false));
+  return wait_sample(tokens);
+}
+
+Status CudaBackend::launch_sample(const model::StepInput& step,
+                                  std::span<const model::DeviceSampling> params, bool chain) {
+  const size_t n = step.logits_indices.size();
+  if (params.size() != n) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda: {} logits rows but {} sampling parameters", n, params.size());
+  }
+  if (launched_.size() >= kMaxQueued) {
+    return make_error(ErrorCode::kInvalidArgument, "cuda: {} steps queued already",
+                      launched_.size());
+  }
+  if (chain && (last_tokens_ == nullptr || size_t(step.num_tokens()) != last_rows_)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cuda: a chained step of {} tokens after a step that sampled {}",
+                      step.num_tokens(), last_rows_);
   }
   FLINT_TRY(reserve_sampling(n));
+  const int which = next_slot_;
+  SampleSlot& slot = slots_[which];
   // All rows greedy (model::kGreedyTemperature, sampling.h's rule): the greedy head picks the
   // tokens without the FP32 head's full read (kernels/greedy_head.h); they are the tokens sample()
   // would pick. Every row greedy or keeping at most kTopKHeadMax tokens (top_k; Flint's
@@ -233,36 +276,58 @@ Status CudaBackend::forward_sample(const model::StepInput& step,
   const bool top_k = n > 0 && std::all_of(params.begin(), params.end(), [&](const auto& p) {
                        return greedy_row(p) || (p.top_k >= 1 && p.top_k <= kTopKHeadMax);
                      });
-  // The previous call synchronised after its copies, so the pinned buffers are free.
+  // This slot's copies belong to the launch two back, waited for before this one could queue
+  // (kMaxQueued), so its pinned buffers are free.
   for (size_t i = 0; i < n; ++i) {
     const model::DeviceSampling& p = params[i];
-    h_sample_params_[i] = SampleParams{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
-    h_head_top_k_[i] = greedy_row(p) ? 1 : p.top_k;
+    slot.params[i] = SampleParams{p.temperature, p.top_k, p.top_p, p.min_p, p.seed, p.step};
+    slot.head_top_k[i] = greedy_row(p) ? 1 : p.top_k;
   }
   const LmHead want = greedy ? LmHead::kGreedy : top_k ? LmHead::kTopK : LmHead::kLogits;
   if (want == LmHead::kTopK && fwd_ && n <= size_t(CudaForward::kLmHeadGemvRows) &&
       fwd_->head_top_k() != nullptr) {
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(fwd_->head_top_k(), h_head_top_k_, n * sizeof(int32_t),
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(fwd_->head_top_k(), slot.head_top_k, n * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
   }
   LmHead ran = LmHead::kLogits;
-  FLINT_TRY(run_step(step, want, &ran));
+  FLINT_TRY(run_step(step, want, &ran, chain ? last_tokens_ : nullptr));
+  const int32_t* d_tokens = d_sample_tokens_.as<int32_t>();
   if (ran == LmHead::kGreedy) {
     ++stats_.greedy_head_steps;
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(h_sample_tokens_, fwd_->greedy_tokens(), n * sizeof(int32_t),
-                                     cudaMemcpyDeviceToHost, stream_));
+    d_tokens = fwd_->greedy_tokens();
   } else if (n > 0) {
     if (ran == LmHead::kTopK) ++stats_.topk_head_steps;
     SampleParams* d_params = d_sample_params_.as<SampleParams>();
-    int32_t* d_tokens = d_sample_tokens_.as<int32_t>();
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(d_params, h_sample_params_, n * sizeof(SampleParams),
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(d_params, slot.params, n * sizeof(SampleParams),
                                      cudaMemcpyHostToDevice, stream_));
-    sample(d_tokens, fwd_->logits(), d_params, static_cast<int>(n), config().vocab_size, stream_);
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(h_sample_tokens_, d_tokens, n * sizeof(int32_t),
+    sample(d_sample_tokens_.as<int32_t>(), fwd_->logits(), d_params, static_cast<int>(n),
+           config().vocab_size, stream_);
+  }
+  if (n > 0) {
+    FLINT_CUDA_CHECK(cudaMemcpyAsync(slot.tokens, d_tokens, n * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_));
   }
-  FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::copy_n(h_sample_tokens_, n, tokens.begin());
+  FLINT_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
+  launched_.push_back(Launched{which, n});
+  next_slot_ ^= 1;
+  // A chained step reads them before its own head writes either buffer (stream order).
+  last_tokens_ = d_tokens;
+  last_rows_ = n;
+  return ok();
+}
+
+Status CudaBackend::wait_sample(std::span<int32_t> tokens) {
+  if (launched_.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "cuda: wait_sample with no step queued");
+  }
+  const Launched l = launched_.front();
+  launched_.pop_front();
+  FLINT_CUDA_CHECK(cudaEventSynchronize(slots_[l.slot].done));
+  if (tokens.size() < l.rows) {
+    return make_error(ErrorCode::kInvalidArgument, "cuda: room for {} tokens, the step sampled {}",
+                      tokens.size(), l.rows);
+  }
+  std::copy_n(slots_[l.slot].tokens, l.rows, tokens.begin());
   return ok();
 }
 

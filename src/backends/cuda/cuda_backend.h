@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,14 @@ class CudaBackend final : public model::Backend {
   // As forward, then samples on the GPU (kernels/sampling.h); only the tokens come back.
   Status forward_sample(const model::StepInput& step, std::span<const model::DeviceSampling> params,
                         std::span<int32_t> tokens) override;
+  // forward_sample's halves (model::Backend): the step and its sampling queued on the stream, the
+  // tokens copied into a pinned slot of their own; a chained step's token ids are copied on the
+  // device from the previous launch's tokens after its upload. At most kMaxQueued outstanding.
+  bool can_chain() const override { return true; }
+  Status launch_sample(const model::StepInput& step, std::span<const model::DeviceSampling> params,
+                       bool chain) override;
+  Status wait_sample(std::span<int32_t> tokens) override;
+  static constexpr size_t kMaxQueued = 2;
 
   // Decode steps (one new token per sequence, at most kMaxGraphSeqs sequences) replay a CUDA
   // graph captured the second time their shape is seen; on by default. Off runs every step
@@ -86,8 +95,9 @@ class CudaBackend final : public model::Backend {
   // the greedy head serves the step, else LmHead::kLogits (*ran says which; forward.h says where
   // each leaves its results). kTopK reads the rows' K from fwd_->head_top_k(), which the caller
   // writes on stream_ before this call.
+  // `chain`: device tokens that replace the step's token ids (one per token).
   Status run_step(const model::StepInput& step, LmHead head = LmHead::kLogits,
-                  LmHead* ran = nullptr);
+                  LmHead* ran = nullptr, const int32_t* chain = nullptr);
   cudaGraphExec_t find_or_capture(const StepPlan& plan);
   void clear_graphs();
   Status reserve_sampling(size_t rows);
@@ -103,12 +113,25 @@ class CudaBackend final : public model::Backend {
   uint64_t use_clock_ = 0;
   GraphStats stats_;
 
-  // Sampling: per-row parameters and tokens, staged through pinned memory.
+  // Sampling: per-row parameters and tokens, staged through pinned memory, one slot per
+  // outstanding launch (launches alternate between the two).
+  struct SampleSlot {
+    SampleParams* params = nullptr;  // [sample_rows_]
+    int32_t* tokens = nullptr;       // [2 sample_rows_]: the tokens, then head_top_k
+    int32_t* head_top_k = nullptr;   // each row's K for an LmHead::kTopK step
+    cudaEvent_t done = nullptr;      // after the tokens' copy to the host
+  };
+  struct Launched {
+    int slot;
+    size_t rows;
+  };
   size_t sample_rows_ = 0;
   DeviceBuffer d_sample_params_, d_sample_tokens_;
-  SampleParams* h_sample_params_ = nullptr;
-  int32_t* h_sample_tokens_ = nullptr;  // [2 rows]: the tokens, then h_head_top_k_
-  int32_t* h_head_top_k_ = nullptr;     // each row's K for an LmHead::kTopK step
+  SampleSlot slots_[kMaxQueued];
+  int next_slot_ = 0;
+  std::deque<Launched> launched_;         // not waited for yet, oldest first
+  const int32_t* last_tokens_ = nullptr;  // the last launch's tokens on the device
+  size_t last_rows_ = 0;
 };
 
 }  // namespace flint::cuda

@@ -131,6 +131,9 @@ class CudaForward {
   // [num_logits] after an LmHead::kGreedy step: each row's arg max, as argmax over logits()
   // would pick it from the one-row FP32 GEMV's logits.
   const int32_t* greedy_tokens() const { return d_greedy_tokens_; }
+  // The step's token ids on the device, as the last upload_step left them (a caller may overwrite
+  // them on the stream before enqueue: CudaBackend's chained steps).
+  int32_t* step_tokens() const { return d_tokens_; }
   // [kLmHeadGemvRows] device ints: each logits row's K for LmHead::kTopK steps (1 ..
   // kTopKHeadMax), written by the caller (stream-ordered) before the enqueue; null without a
   // greedy head.
