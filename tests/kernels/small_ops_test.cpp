@@ -1,10 +1,12 @@
-// RMSNorm, embedding and argmax kernels against the CPU reference ops.
+// RMSNorm, embedding and argmax kernels against the CPU reference ops; copy_words between pinned
+// host and device memory.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "backends/cpu/ops/rms_norm.h"
 #include "backends/cuda/kernels/argmax.h"
+#include "backends/cuda/kernels/copy_words.h"
 #include "backends/cuda/kernels/rms_norm.h"
 #include "tests/kernels/gpu_test_util.h"
 
@@ -38,6 +40,36 @@ TEST(RmsNorm, CudaMatchesCpuReference) {
       }
     }
   }
+}
+
+// Host -> device from pinned memory, with the first words overlaid from device memory, then
+// device -> pinned host, at sizes around the block (256) and grid (64 blocks) edges.
+TEST(CopyWords, MovesWordsBetweenPinnedHostAndDeviceWithAnOverlay) {
+  FLINT_REQUIRE_GPU();
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  for (int64_t n : {int64_t(1), int64_t(255), int64_t(257), int64_t(16385), int64_t(70001)}) {
+    SCOPED_TRACE(n);
+    int32_t *pin_in = nullptr, *pin_out = nullptr;
+    ASSERT_EQ(cudaMallocHost(&pin_in, n * 4), cudaSuccess);
+    ASSERT_EQ(cudaMallocHost(&pin_out, n * 4), cudaSuccess);
+    for (int64_t i = 0; i < n; ++i) pin_in[i] = static_cast<int32_t>(i * 2654435761u);
+    const int64_t k = std::min<int64_t>(n, 37);
+    std::vector<int32_t> over(k);
+    for (int64_t i = 0; i < k; ++i) over[i] = -1 - static_cast<int32_t>(i);
+    DeviceArray<int32_t> dover(over), dev(static_cast<size_t>(n));
+    copy_words(dev.get(), pin_in, n, s, dover.get(), k);
+    copy_words(pin_out, dev.get(), n, s);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad += pin_out[i] != (i < k ? over[i] : pin_in[i]);
+    EXPECT_EQ(bad, 0);
+    const std::vector<int32_t> on_device = dev.to_host();
+    EXPECT_TRUE(std::equal(on_device.begin(), on_device.end(), pin_out));
+    cudaFreeHost(pin_in);
+    cudaFreeHost(pin_out);
+  }
+  cudaStreamDestroy(s);
 }
 
 TEST(Argmax, MatchesFirstMaximum) {

@@ -17,6 +17,7 @@
 
 #include "backends/cuda/forward.h"
 #include "backends/cuda/kernels/argmax.h"
+#include "backends/cuda/kernels/copy_words.h"
 #include "backends/cuda/kernels/ktrace.h"
 #include "backends/cuda/kernels/read_stream.h"
 #include "backends/cuda/kernels/sampling.h"
@@ -328,8 +329,7 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
         return p.error().with_context("bench: host loop");
       }
       FLINT_CUDA_CHECK(cudaGraphLaunch(exec, s));
-      FLINT_CUDA_CHECK(
-          cudaMemcpyAsync(h_tokens, tokens, batch * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+      copy_words(h_tokens, tokens, batch, s);  // as CudaBackend::launch_sample
       FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
       const std::chrono::duration<float, std::milli> ms = std::chrono::steady_clock::now() - t0;
       if (i >= opt.warmup) t.push_back(ms.count());

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/kernels/copy_words.h"
 #include "backends/cuda/kernels/greedy_head.h"
 
 namespace flint::cuda {
@@ -155,11 +156,8 @@ Status CudaBackend::run_step(const model::StepInput& step, LmHead head, LmHead* 
                              const int32_t* chain) {
   if (!fwd_) return make_error(ErrorCode::kInternal, "cuda: forward before init_kv_cache");
   const bool decode = is_decode(step);
-  FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_));
-  if (chain != nullptr) {  // the token ids: the previous step's samples, never on the host
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(fwd_->step_tokens(), chain, plan.num_tokens * sizeof(int32_t),
-                                     cudaMemcpyDeviceToDevice, stream_));
-  }
+  // With `chain`, the token ids are the previous step's samples, never on the host.
+  FLINT_ASSIGN_OR_RETURN(StepPlan plan, fwd_->upload_step(step, stream_, chain));
   plan.head = fwd_->greedy_head_serves(plan) ? head : LmHead::kLogits;
   if (ran != nullptr) *ran = plan.head;
   if (fwd_->buffer_generation() != graphs_generation_) {
@@ -286,8 +284,7 @@ Status CudaBackend::launch_sample(const model::StepInput& step,
   const LmHead want = greedy ? LmHead::kGreedy : top_k ? LmHead::kTopK : LmHead::kLogits;
   if (want == LmHead::kTopK && fwd_ && n <= size_t(CudaForward::kLmHeadGemvRows) &&
       fwd_->head_top_k() != nullptr) {
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(fwd_->head_top_k(), slot.head_top_k, n * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, stream_));
+    copy_words(fwd_->head_top_k(), slot.head_top_k, static_cast<int64_t>(n), stream_);
   }
   LmHead ran = LmHead::kLogits;
   FLINT_TRY(run_step(step, want, &ran, chain ? last_tokens_ : nullptr));
@@ -298,14 +295,14 @@ Status CudaBackend::launch_sample(const model::StepInput& step,
   } else if (n > 0) {
     if (ran == LmHead::kTopK) ++stats_.topk_head_steps;
     SampleParams* d_params = d_sample_params_.as<SampleParams>();
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(d_params, slot.params, n * sizeof(SampleParams),
-                                     cudaMemcpyHostToDevice, stream_));
+    static_assert(sizeof(SampleParams) % 4 == 0);
+    copy_words(reinterpret_cast<int32_t*>(d_params), reinterpret_cast<const int32_t*>(slot.params),
+               static_cast<int64_t>(n * sizeof(SampleParams) / 4), stream_);
     sample(d_sample_tokens_.as<int32_t>(), fwd_->logits(), d_params, static_cast<int>(n),
            config().vocab_size, stream_);
   }
   if (n > 0) {
-    FLINT_CUDA_CHECK(cudaMemcpyAsync(slot.tokens, d_tokens, n * sizeof(int32_t),
-                                     cudaMemcpyDeviceToHost, stream_));
+    copy_words(slot.tokens, d_tokens, static_cast<int64_t>(n), stream_);
   }
   FLINT_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
   launched_.push_back(Launched{which, n});

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "backends/cuda/fill.h"
+#include "backends/cuda/kernels/copy_words.h"
 #include "backends/cuda/kernels/decode_attention.h"
 #include "backends/cuda/kernels/embedding.h"
 #include "backends/cuda/kernels/gemm.h"
@@ -317,7 +318,8 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   return ok();
 }
 
-Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream_t s) {
+Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream_t s,
+                                          const int32_t* chain) {
   const model::FlintConfig& c = w_.config();
   const int T = st.num_tokens(), S = st.num_seqs();
   auto bad = [](fmt::string_view f, auto&&... a) {
@@ -437,7 +439,8 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   put(st.logits_indices.data(), st.logits_indices.size(), &d_logit_rows_);
   put(st.query_start_loc.data(), S + 1, &d_qsl_);
   put(st.seq_lens.data(), S, &d_seq_lens_);
-  FLINT_CUDA_CHECK(cudaMemcpyAsync(dev, pin, off * 4, cudaMemcpyHostToDevice, s));
+  // A kernel reads the pinned half: no hand-off to a copy engine and back between steps.
+  copy_words(dev, pin, off, s, chain, chain != nullptr ? T : 0);
   FLINT_CUDA_CHECK(cudaEventRecord(staged_[stage_], s));
   return plan;
 }

@@ -111,8 +111,11 @@ class CudaForward {
   ~CudaForward();
 
   // Validates a step against the config and the KV cache and copies its metadata to the device
-  // (stream-ordered). May grow workspaces, so it must not be called while capturing a graph.
-  Result<StepPlan> upload_step(const model::StepInput& step, cudaStream_t s);
+  // (stream-ordered; one kernel that reads the pinned staging, kernels/copy_words.h). `chain`:
+  // device tokens, one per token, that replace the step's token ids (CudaBackend's chained
+  // steps). May grow workspaces, so it must not be called while capturing a graph.
+  Result<StepPlan> upload_step(const model::StepInput& step, cudaStream_t s,
+                               const int32_t* chain = nullptr);
   // Enqueues the forward of the uploaded step: launches only, no allocation and no sync, so it
   // can be captured in a CUDA graph. Logits land in logits().
   void enqueue(const StepPlan& plan, cudaStream_t s, OpTimer* timer = nullptr);
@@ -131,9 +134,6 @@ class CudaForward {
   // [num_logits] after an LmHead::kGreedy step: each row's arg max, as argmax over logits()
   // would pick it from the one-row FP32 GEMV's logits.
   const int32_t* greedy_tokens() const { return d_greedy_tokens_; }
-  // The step's token ids on the device, as the last upload_step left them (a caller may overwrite
-  // them on the stream before enqueue: CudaBackend's chained steps).
-  int32_t* step_tokens() const { return d_tokens_; }
   // [kLmHeadGemvRows] device ints: each logits row's K for LmHead::kTopK steps (1 ..
   // kTopKHeadMax), written by the caller (stream-ordered) before the enqueue; null without a
   // greedy head.
