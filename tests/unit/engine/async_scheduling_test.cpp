@@ -13,26 +13,11 @@
 namespace flint::engine::testing {
 namespace {
 
-class ChainingToy : public ToyBackend {
+// SamplingToy whose launches run when waited for, in launch order.
+class ChainingToy : public SamplingToy {
  public:
-  using ToyBackend::ToyBackend;
-  bool can_sample() const override { return true; }
+  using SamplingToy::SamplingToy;
   bool can_chain() const override { return true; }
-
-  // Greedy rows: the toy's arg max; other rows: a function of (seed, step).
-  Status forward_sample(const model::StepInput& s, std::span<const model::DeviceSampling> params,
-                        std::span<int32_t> tokens) override {
-    const int64_t v = config().vocab_size;
-    std::vector<float> logits(s.logits_indices.size() * v);
-    FLINT_TRY(forward(s, logits));
-    for (size_t r = 0; r < params.size(); ++r) {
-      const float* row = logits.data() + r * v;
-      tokens[r] = params[r].temperature < model::kGreedyTemperature
-                      ? static_cast<int32_t>(std::max_element(row, row + v) - row)
-                      : static_cast<int32_t>(3 + (params[r].seed + params[r].step) % (v - 3));
-    }
-    return ok();
-  }
 
   Status launch_sample(const model::StepInput& s, std::span<const model::DeviceSampling> params,
                        bool chain) override {
@@ -80,27 +65,19 @@ class ChainingToy : public ToyBackend {
   size_t last_launch_rows_ = 0;
 };
 
-struct ChainHarness : Harness {
-  ChainingToy* toy = nullptr;
-  static ChainHarness make(const model::FlintConfig& mc, bool async, int page = 4) {
-    EngineConfig c;
-    c.max_num_seqs = 6;
-    c.max_num_batched_tokens = 32;
-    c.max_model_len = 96;
-    c.page_size = page;
-    c.kv_cache_memory = 1 << 24;
-    c.kv_dtype = DType::kF32;
-    c.async_scheduling = async;
-    ChainHarness h;
-    auto b = std::make_unique<ChainingToy>(mc, ToyLimits{c.max_num_batched_tokens, c.max_num_seqs});
-    h.toy = b.get();
-    h.backend = b.get();
-    auto core = EngineCore::create(c, std::move(b), nullptr);
-    EXPECT_TRUE(core.has_value());
-    if (core) h.core = std::move(*core);
-    return h;
-  }
-};
+using ChainHarness = ToyHarness<ChainingToy>;
+
+ChainHarness make_harness(const model::FlintConfig& mc, bool async) {
+  EngineConfig c;
+  c.max_num_seqs = 6;
+  c.max_num_batched_tokens = 32;
+  c.max_model_len = 96;
+  c.page_size = 4;
+  c.kv_cache_memory = 1 << 24;
+  c.kv_dtype = DType::kF32;
+  c.async_scheduling = async;
+  return ChainHarness::make(mc, c);
+}
 
 model::FlintConfig config() { return toy_config({kFull, kSliding, kFull}, /*window=*/5); }
 
@@ -151,8 +128,8 @@ void expect_same_outputs(const ChainHarness& a, const ChainHarness& b) {
 
 TEST(EngineAsyncScheduling, QueuedStepsGiveTheOutputsOfWaitingForEachStep) {
   const auto mc = config();
-  ChainHarness async = ChainHarness::make(mc, true);
-  ChainHarness sync = ChainHarness::make(mc, false);
+  ChainHarness async = make_harness(mc, true);
+  ChainHarness sync = make_harness(mc, false);
   for (ChainHarness* h : {&async, &sync}) {
     for (const auto& [id, r] : requests(mc)) ASSERT_TRUE(h->add(id, r.first, r.second));
     h->run();
@@ -173,7 +150,7 @@ TEST(EngineAsyncScheduling, QueuedStepsGiveTheOutputsOfWaitingForEachStep) {
 
 TEST(EngineAsyncScheduling, EveryDecodeStepOfALoneRequestIsQueuedBehindTheLast) {
   const auto mc = config();
-  ChainHarness h = ChainHarness::make(mc, true);
+  ChainHarness h = make_harness(mc, true);
   SamplingParams p = greedy(12);
   p.ignore_eos = true;
   ASSERT_TRUE(h.add("a", make_prompt(5, 6), p));
@@ -183,7 +160,7 @@ TEST(EngineAsyncScheduling, EveryDecodeStepOfALoneRequestIsQueuedBehindTheLast) 
   // so on: tokens 2 .. 12 come from chained steps, and none is launched past the last.
   EXPECT_EQ(h.toy->num_launched, 12);
   EXPECT_EQ(h.toy->num_chained, 11);
-  ChainHarness sync = ChainHarness::make(mc, false);
+  ChainHarness sync = make_harness(mc, false);
   ASSERT_TRUE(sync.add("a", make_prompt(5, 6), p));
   sync.run();
   EXPECT_EQ(h.results.at("a").tokens, sync.results.at("a").tokens);
@@ -191,8 +168,8 @@ TEST(EngineAsyncScheduling, EveryDecodeStepOfALoneRequestIsQueuedBehindTheLast) 
 
 TEST(EngineAsyncScheduling, ArrivalsWhileAStepIsQueuedAreAdmittedAndChangeNoOutput) {
   const auto mc = config();
-  ChainHarness async = ChainHarness::make(mc, true);
-  ChainHarness sync = ChainHarness::make(mc, false);
+  ChainHarness async = make_harness(mc, true);
+  ChainHarness sync = make_harness(mc, false);
   for (ChainHarness* h : {&async, &sync}) {
     ASSERT_TRUE(h->add("a", make_prompt(8, 11), greedy(25)));
     ASSERT_TRUE(h->add("b", make_prompt(3, 12), seeded(20, 9)));
@@ -208,8 +185,8 @@ TEST(EngineAsyncScheduling, ArrivalsWhileAStepIsQueuedAreAdmittedAndChangeNoOutp
 
 TEST(EngineAsyncScheduling, AbortWithAStepQueuedDropsItsRowsOnly) {
   const auto mc = config();
-  ChainHarness async = ChainHarness::make(mc, true);
-  ChainHarness sync = ChainHarness::make(mc, false);
+  ChainHarness async = make_harness(mc, true);
+  ChainHarness sync = make_harness(mc, false);
   for (ChainHarness* h : {&async, &sync}) {
     ASSERT_TRUE(h->add("gone", make_prompt(6, 21), seeded(40, 4)));
     ASSERT_TRUE(h->add("kept", make_prompt(6, 22), seeded(30, 8)));
@@ -222,7 +199,7 @@ TEST(EngineAsyncScheduling, AbortWithAStepQueuedDropsItsRowsOnly) {
   const std::vector<int32_t>& gone = async.results.at("gone").tokens.at(0);
   EXPECT_LT(gone.size(), 40u);
   // What it got is the start of what it would have got.
-  ChainHarness full = ChainHarness::make(mc, false);
+  ChainHarness full = make_harness(mc, false);
   ASSERT_TRUE(full.add("gone", make_prompt(6, 21), seeded(40, 4)));
   full.run();
   const std::vector<int32_t>& all = full.results.at("gone").tokens.at(0);
@@ -236,7 +213,7 @@ TEST(EngineAsyncScheduling, AbortWithAStepQueuedDropsItsRowsOnly) {
 
 TEST(EngineAsyncScheduling, ShutdownWithAStepQueuedWaitsForIt) {
   const auto mc = config();
-  ChainHarness h = ChainHarness::make(mc, true);
+  ChainHarness h = make_harness(mc, true);
   ASSERT_TRUE(h.add("a", make_prompt(5, 31), greedy(50)));
   for (int i = 0; i < 4; ++i) h.core->step();
   ASSERT_EQ(h.toy->num_queued(), 1u) << "a decode step is queued behind the one in flight";
@@ -248,7 +225,7 @@ TEST(EngineAsyncScheduling, ShutdownWithAStepQueuedWaitsForIt) {
 
 TEST(EngineAsyncScheduling, HostOnlySamplingIsNeverQueued) {
   const auto mc = config();
-  ChainHarness h = ChainHarness::make(mc, true);
+  ChainHarness h = make_harness(mc, true);
   SamplingParams p = greedy(8);
   p.logprobs = 2;  // the logits come to the host: forward(), not launch_sample
   ASSERT_TRUE(h.add("lp", make_prompt(6, 41), p));

@@ -8,61 +8,24 @@
 namespace flint::engine::testing {
 namespace {
 
-// Greedy rows get the toy's arg max; other rows a token that is a function of (seed, step), so
-// the test can check which parameters reached the backend.
-class DeviceSamplingToy : public ToyBackend {
- public:
-  using ToyBackend::ToyBackend;
-  bool can_sample() const override { return true; }
-  Status forward_sample(const model::StepInput& s, std::span<const model::DeviceSampling> params,
-                        std::span<int32_t> tokens) override {
-    ++num_sample_steps;
-    EXPECT_EQ(params.size(), s.logits_indices.size());
-    const int64_t v = config().vocab_size;
-    std::vector<float> logits(s.logits_indices.size() * v);
-    FLINT_TRY(forward(s, logits));
-    for (size_t r = 0; r < params.size(); ++r) {
-      const float* row = logits.data() + r * v;
-      if (params[r].temperature < 1e-5f) {
-        tokens[r] = static_cast<int32_t>(std::max_element(row, row + v) - row);
-      } else {
-        tokens[r] = static_cast<int32_t>(3 + (params[r].seed + params[r].step) % (v - 3));
-      }
-      seen.push_back(params[r]);
-    }
-    return ok();
-  }
-  int num_sample_steps = 0;
-  std::vector<model::DeviceSampling> seen;
-};
+using DeviceHarness = ToyHarness<SamplingToy>;
 
-struct DeviceHarness : Harness {
-  DeviceSamplingToy* toy = nullptr;
-  static DeviceHarness make(model::FlintConfig mc) {
-    EngineConfig c;
-    c.max_num_seqs = 4;
-    c.max_num_batched_tokens = 16;
-    c.max_model_len = 256;
-    c.page_size = 4;
-    c.kv_cache_memory = 1 << 24;
-    c.kv_dtype = DType::kF32;
-    DeviceHarness h;
-    auto b = std::make_unique<DeviceSamplingToy>(
-        std::move(mc), ToyLimits{c.max_num_batched_tokens, c.max_num_seqs});
-    h.toy = b.get();
-    h.backend = b.get();
-    auto core = EngineCore::create(c, std::move(b), nullptr);
-    EXPECT_TRUE(core.has_value());
-    if (core) h.core = std::move(*core);
-    return h;
-  }
-};
+DeviceHarness make_harness(const model::FlintConfig& mc) {
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.max_num_batched_tokens = 16;
+  c.max_model_len = 256;
+  c.page_size = 4;
+  c.kv_cache_memory = 1 << 24;
+  c.kv_dtype = DType::kF32;
+  return DeviceHarness::make(mc, c);
+}
 
 model::FlintConfig config() { return toy_config({kFull, kSliding, kFull}, /*window=*/5); }
 
 TEST(EngineDeviceSampling, GreedyRequestsUseDeviceTokens) {
   auto mc = config();
-  DeviceHarness h = DeviceHarness::make(mc);
+  DeviceHarness h = make_harness(mc);
   SamplingParams p;
   p.temperature = 0.0f;
   p.max_tokens = 10;
@@ -79,7 +42,7 @@ TEST(EngineDeviceSampling, GreedyRequestsUseDeviceTokens) {
 }
 
 TEST(EngineDeviceSampling, SeedAndStepReachTheBackend) {
-  DeviceHarness h = DeviceHarness::make(config());
+  DeviceHarness h = make_harness(config());
   SamplingParams p;
   p.temperature = 0.9f;
   p.top_k = 7;
@@ -116,7 +79,7 @@ TEST(EngineDeviceSampling, LogprobsPenaltiesAndMinTokensFallBackToHostLogits) {
   host_only[3].min_tokens = 2;
   for (size_t i = 0; i < host_only.size(); ++i) {
     SCOPED_TRACE(i);
-    DeviceHarness h = DeviceHarness::make(mc);
+    DeviceHarness h = make_harness(mc);
     ASSERT_TRUE(h.add("r", make_prompt(6, 3), host_only[i]));
     h.run();
     EXPECT_EQ(h.results["r"].tokens.at(0).size(), 4u);

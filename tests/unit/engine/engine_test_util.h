@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -73,6 +74,51 @@ struct Harness {
   void run(int max_steps = 100000) {
     for (int i = 0; i < max_steps && core->has_work(); ++i) core->step();
     ASSERT_FALSE(core->has_work()) << "engine did not finish";
+  }
+};
+
+// A toy that samples on its "device" (Backend::forward_sample): greedy rows get the toy's arg max,
+// other rows a token that is a function of (seed, step), so a test can check which parameters
+// reached the backend.
+class SamplingToy : public ToyBackend {
+ public:
+  using ToyBackend::ToyBackend;
+  bool can_sample() const override { return true; }
+  Status forward_sample(const model::StepInput& s, std::span<const model::DeviceSampling> params,
+                        std::span<int32_t> tokens) override {
+    ++num_sample_steps;
+    EXPECT_EQ(params.size(), s.logits_indices.size());
+    const int64_t v = config().vocab_size;
+    std::vector<float> logits(s.logits_indices.size() * v);
+    FLINT_TRY(forward(s, logits));
+    for (size_t r = 0; r < params.size(); ++r) {
+      const float* row = logits.data() + r * v;
+      if (params[r].temperature < model::kGreedyTemperature) {
+        tokens[r] = static_cast<int32_t>(std::max_element(row, row + v) - row);
+      } else {
+        tokens[r] = static_cast<int32_t>(3 + (params[r].seed + params[r].step) % (v - 3));
+      }
+      seen.push_back(params[r]);
+    }
+    return ok();
+  }
+  int num_sample_steps = 0;
+  std::vector<model::DeviceSampling> seen;
+};
+
+// A Harness over a toy backend of type T, limited as `c` asks.
+template <typename T>
+struct ToyHarness : Harness {
+  T* toy = nullptr;
+  static ToyHarness make(const model::FlintConfig& mc, const EngineConfig& c) {
+    ToyHarness h;
+    auto b = std::make_unique<T>(mc, ToyLimits{c.max_num_batched_tokens, c.max_num_seqs});
+    h.toy = b.get();
+    h.backend = b.get();
+    auto core = EngineCore::create(c, std::move(b), nullptr);
+    EXPECT_TRUE(core.has_value()) << (core ? "" : core.error().message);
+    if (core) h.core = std::move(*core);
+    return h;
   }
 };
 
