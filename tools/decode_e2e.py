@@ -12,6 +12,11 @@ Random weights pick tokens all over the vocabulary, so the served directory gets
 padded to the config's vocab_size: the tokenizer of --tokenizer-from plus one plain word per
 missing id (" w<id>"), so every token streams as text of its own.
 
+With --concurrency N, each round is N streams sent at once with the same prompt (after the
+warm-up round its blocks come from the prefix cache, so the streams decode together): the row
+gives the median ms per token over the streams of the measured rounds and the output tokens/s of
+all N together (tokens over the time from the first stream's first token to the last one's last).
+
 Usage (stdlib only):
   tools/decode_e2e.py --flint build/src/cli/flint --device cuda --quantization nvfp4 \
       --contexts 1024,102400 --max-tokens 256 --requests 4
@@ -30,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -116,6 +122,26 @@ def one_request(port: int, prompt: list[int], max_tokens: int, sampling: dict):
     return times[0] - t0, (times[-1] - times[0]) / (tokens - 1), tokens, len(times)
 
 
+def one_round(port: int, prompt: list[int], max_tokens: int, sampling: dict, n: int):
+    """n concurrent streams; each result as one_request's, plus (first arrival, last arrival)."""
+    results: list = [None] * n
+
+    def run(i: int) -> None:
+        t0 = time.perf_counter()
+        ttft, per_token, tokens, chunks = one_request(port, prompt, max_tokens, sampling)
+        first = t0 + ttft
+        results[i] = (ttft, per_token, tokens, chunks, first, first + per_token * (tokens - 1))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if any(r is None for r in results):
+        sys.exit("decode_e2e: a stream failed")
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flint", default=os.environ.get("FLINT_BIN", ""), help="the flint binary")
@@ -127,6 +153,7 @@ def main() -> None:
     ap.add_argument("--modes", default="greedy,default", help=",".join(MODES))
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--requests", type=int, default=4, help="per context and mode, 1 warm-up")
+    ap.add_argument("--concurrency", type=int, default=1, help="streams sent at once per round")
     ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--startup-timeout", type=float, default=300)
     args = ap.parse_args()
@@ -139,6 +166,8 @@ def main() -> None:
             sys.exit(f"decode_e2e: unknown mode {m!r} (one of {', '.join(MODES)})")
     if args.requests < 2:
         sys.exit("decode_e2e: --requests must be at least 2 (the first is a warm-up)")
+    if not 1 <= args.concurrency <= 256:
+        sys.exit("decode_e2e: --concurrency must be 1 .. 256")
 
     work = Path(tempfile.mkdtemp(prefix="decode-e2e-"))
     words = make_model_dir(Path(args.config), Path(args.tokenizer_from), work / "model")
@@ -156,20 +185,27 @@ def main() -> None:
         wait_ready(proc, port, log, args.startup_timeout)
         print(f"ready {time.perf_counter() - t_start:.1f} s after start: {' '.join(cmd[1:])}",
               flush=True)
-        print("| prompt tokens | sampling | requests | TTFT s (first) | ms per token (median) | "
-              "min | max | tokens/s | text chunks / tokens |")
-        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        n = args.concurrency
+        print("| prompt tokens | sampling | streams | requests | TTFT s (first) | "
+              "ms per token (median) | min | max | tokens/s | text chunks / tokens |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         rng = random.Random(1)
         for ctx in contexts:
             prompt = [rng.randrange(words) for _ in range(ctx)]
             for m in modes:
-                runs = [one_request(port, prompt, args.max_tokens, MODES[m])
-                        for _ in range(args.requests)]
-                per_token = [r[1] * 1e3 for r in runs[1:]]
+                rounds = [one_round(port, prompt, args.max_tokens, MODES[m], n)
+                          for _ in range(args.requests)]
+                measured = [r for rnd in rounds[1:] for r in rnd]
+                per_token = [r[1] * 1e3 for r in measured]
                 med = statistics.median(per_token)
-                print(f"| {ctx} | {m} | {len(per_token)} | {runs[0][0]:.2f} | {med:.3f} | "
-                      f"{min(per_token):.3f} | {max(per_token):.3f} | {1e3 / med:.0f} | "
-                      f"{runs[-1][3]} / {runs[-1][2]} |",
+                # All n streams together: tokens over first token -> last token, per round.
+                rate = statistics.median(
+                    sum(r[2] - 1 for r in rnd) / (max(r[5] for r in rnd) - min(r[4] for r in rnd))
+                    for rnd in rounds[1:])
+                last = rounds[-1][-1]
+                print(f"| {ctx} | {m} | {n} | {len(measured)} | {rounds[0][0][0]:.2f} | "
+                      f"{med:.3f} | {min(per_token):.3f} | {max(per_token):.3f} | {rate:.0f} | "
+                      f"{last[3]} / {last[2]} |",
                       flush=True)
     finally:
         proc.terminate()
