@@ -2,7 +2,8 @@
 # The GPU machine's one call: configure and build the CUDA targets, run every GPU test
 # (`ctest -L gpu`), then `flint bench --load-format dummy`. Logs go to $OUT (or ./gpu-out).
 # Usage: scripts/gpu.sh [tests|bench|all] [extra bench args...]
-#        scripts/gpu.sh everything [pytest args...]: both of the above and serve-tests in one build.
+#        scripts/gpu.sh everything [pytest args...]: both of the above and serve-tests in one build
+#        (with FLINT_E2E_ARGS set, also tools/decode_e2e.py with those arguments after the bench).
 #        scripts/gpu.sh e2e [tools/decode_e2e.py args...]: build flint with the server layer (as
 #        serve-tests does) and time one request's decode through `flint serve` on dummy weights.
 #        scripts/gpu.sh serve-tests [pytest args...]: `flint serve --device cuda` under the OpenAI API
