@@ -287,7 +287,11 @@ void EngineCore::finish_inflight() {
 }
 
 std::optional<EngineCore::InFlight> EngineCore::launch_ahead_of(const InFlight& cur) {
-  if (!waiting_.empty() || cur.num_rows != cur.sched.size() || cur.sched.empty()) return {};
+  // A waiting request that could be admitted now goes first (admission needs a step with nothing
+  // in flight); one that must wait for a sequence slot anyway does not stop the queue.
+  const bool admissible =
+      !waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs;
+  if (admissible || cur.num_rows != cur.sched.size() || cur.sched.empty()) return {};
   std::vector<int> ahead(cur.sched.size());
   for (size_t i = 0; i < cur.sched.size(); ++i) {
     const Sequence* seq = cur.sched[i].seq;

@@ -128,12 +128,12 @@ class EngineCore {
   bool fill_device_sampling(const std::vector<Scheduled>& sched, const std::vector<int>& sample_row,
                             int ahead_outputs = 0);
   bool pipelining() const { return config_.async_scheduling && backend_->can_chain(); }
-  // Queues the next decode step of cur's sequences behind cur (in flight), its tokens
-  // chained on the device from inflight_'s samples, when that cannot change what the engine
-  // outputs: every entry of inflight_ samples on the device and will still run after its token
-  // (no length limit reached; an EOS or stop string found then wastes the queued row, which is
-  // dropped), no request waits for admission, no ring snapshot is due and the pages are there.
-  // Returns the queued step, or nothing.
+  // Queues the next decode step of cur's sequences behind cur (in flight), its tokens chained on
+  // the device from cur's samples, when that cannot change what the engine outputs: every entry
+  // of cur samples on the device and will still run after its token (no length limit reached; an
+  // EOS or stop string found then wastes the queued row, which is dropped), no waiting request
+  // could be admitted now (a free slot under max_num_seqs), no ring snapshot is due and the pages
+  // are there. Returns the queued step, or nothing.
   std::optional<InFlight> launch_ahead_of(const InFlight& cur);
   // Waits for inflight_ and records its tokens, queuing the next step first when it can.
   void finish_inflight();

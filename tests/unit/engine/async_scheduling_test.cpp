@@ -183,6 +183,40 @@ TEST(EngineAsyncScheduling, ArrivalsWhileAStepIsQueuedAreAdmittedAndChangeNoOutp
   EXPECT_GT(async.toy->num_chained, 10);
 }
 
+// max_num_seqs 2 and three requests: the third waits for a slot while the first two decode. It
+// cannot be admitted before one of them finishes, so their steps are queued meanwhile: a's tokens
+// 2 .. 12 with b's 2 .. 12 (11 chained steps). Then c is admitted: its prompt's first chunk (to
+// the snapshot boundary at 4) samples nothing, so b's token 13 runs unqueued; its last chunk
+// samples c's token 1 beside b's 14, and c's tokens 2 .. 7 are chained with b's 15 .. 20 (6
+// more), b's last token ending the queue. Outputs as the waiting engine's.
+TEST(EngineAsyncScheduling, ARequestWaitingForASlotDoesNotStopTheQueue) {
+  const auto mc = config();
+  auto make = [&](bool async) {
+    EngineConfig c;
+    c.max_num_seqs = 2;
+    c.max_num_batched_tokens = 32;
+    c.max_model_len = 96;
+    c.page_size = 4;
+    c.kv_cache_memory = 1 << 24;
+    c.kv_dtype = DType::kF32;
+    c.async_scheduling = async;
+    return ChainHarness::make(mc, c);
+  };
+  ChainHarness async = make(true);
+  ChainHarness sync = make(false);
+  for (ChainHarness* h : {&async, &sync}) {
+    SamplingParams a = greedy(12), b = seeded(20, 3), c = greedy(8);
+    a.ignore_eos = c.ignore_eos = true;
+    ASSERT_TRUE(h->add("a", make_prompt(5, 51), a));
+    ASSERT_TRUE(h->add("b", make_prompt(5, 52), b));
+    ASSERT_TRUE(h->add("c", make_prompt(5, 53), c));
+    h->run();
+  }
+  expect_same_outputs(async, sync);
+  EXPECT_EQ(async.results.at("c").tokens.at(0).size(), 8u);
+  EXPECT_EQ(async.toy->num_chained, 11 + 6);
+}
+
 TEST(EngineAsyncScheduling, AbortWithAStepQueuedDropsItsRowsOnly) {
   const auto mc = config();
   ChainHarness async = make_harness(mc, true);
