@@ -292,20 +292,18 @@ std::optional<EngineCore::InFlight> EngineCore::launch_ahead_of(const InFlight& 
   const bool admissible =
       !waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs;
   if (admissible || cur.num_rows != cur.sched.size() || cur.sched.empty()) return {};
-  std::vector<int> ahead(cur.sched.size());
   for (size_t i = 0; i < cur.sched.size(); ++i) {
     const Sequence* seq = cur.sched[i].seq;
+    // Row i samples for entry i: every entry's chunk reached its last token.
     if (seq == nullptr || seq->finished || cur.sample_row[i] != static_cast<int>(i)) return {};
     const RequestState& req = *seq->req;
     const int len = static_cast<int>(seq->tokens.size());  // before the in-flight token
     // After the in-flight token the sequence must still run: not at max_tokens or max_model_len.
     if (seq->num_output() + 1 >= req.max_tokens || len + 1 >= config_.max_model_len) return {};
-    if (seq->num_computed + cur.sched[i].num_new != len) return {};  // not its last chunk
     if (has_sliding_ && config_.enable_prefix_caching) {
       for (int b : seq->snapshot_boundaries)
         if (b > seq->num_computed) return {};  // process_results would copy the ring mid-flight
     }
-    ahead[i] = cur.sched[i].num_new;
   }
   std::vector<Scheduled> sched;
   sched.reserve(cur.sched.size());
@@ -316,7 +314,7 @@ std::optional<EngineCore::InFlight> EngineCore::launch_ahead_of(const InFlight& 
     sched.push_back({x.seq, 1});
   }
   std::vector<int> sample_row, first_prompt_row;
-  build_step(sched, &sample_row, &first_prompt_row, ahead);
+  build_step(sched, &sample_row, &first_prompt_row, /*ahead=*/true);
   if (!fill_device_sampling(sched, sample_row, /*ahead_outputs=*/1) ||
       device_params_.size() != sched.size()) {
     return {};

@@ -8,7 +8,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -117,11 +116,10 @@ class EngineCore {
   bool grow_pages(Sequence* seq, int num_tokens);
   void preempt(Sequence* seq);
   void release_kv(Sequence* seq);
-  // Fills step_. `ahead` (launch_ahead_of): per entry, the tokens the in-flight step computes for
-  // it; the entry's tokens then start that far past num_computed, and the ids not yet known are 0
-  // (the backend chains them from the in-flight step's samples).
+  // Fills step_. `ahead` (launch_ahead_of): each entry's tokens start past its known tokens, at
+  // the one the in-flight step samples, whose id (unknown here: 0) the backend chains.
   void build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
-                  std::vector<int>* first_prompt_row, std::span<const int> ahead = {});
+                  std::vector<int>* first_prompt_row, bool ahead = false);
   // True (and device_params_ filled) when every logits row of the step samples a token with
   // parameters the backend applies itself: no logprobs, penalties, logit_bias or min_tokens.
   // `ahead_outputs`: output tokens not yet recorded (1 for a step queued by launch_ahead_of).

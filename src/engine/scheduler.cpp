@@ -133,7 +133,7 @@ std::vector<EngineCore::Scheduled> EngineCore::schedule() {
 }
 
 void EngineCore::build_step(const std::vector<Scheduled>& sched, std::vector<int>* sample_row,
-                            std::vector<int>* first_prompt_row, std::span<const int> ahead) {
+                            std::vector<int>* first_prompt_row, bool ahead) {
   model::StepInput& s = step_;
   // Cleared, not replaced: the vectors keep their capacity from step to step (a sequence at 100K
   // tokens has a 6400-page block table).
@@ -151,10 +151,10 @@ void EngineCore::build_step(const std::vector<Scheduled>& sched, std::vector<int
   first_prompt_row->assign(sched.size(), -1);
   for (size_t i = 0; i < sched.size(); ++i) {
     const Sequence& seq = *sched[i].seq;
-    const int start = seq.num_computed + (ahead.empty() ? 0 : ahead[i]);
+    const int known = static_cast<int>(seq.tokens.size());
+    const int start = ahead ? known : seq.num_computed;
     const int end = start + sched[i].num_new;
     const int32_t row0 = s.num_tokens();
-    const int known = static_cast<int>(seq.tokens.size());
     for (int p = start; p < end; ++p) {
       s.token_ids.push_back(p < known ? seq.tokens[p] : 0);  // past known: chained on the device
       s.positions.push_back(p);
@@ -166,7 +166,7 @@ void EngineCore::build_step(const std::vector<Scheduled>& sched, std::vector<int
     s.block_table.insert(s.block_table.end(), seq.pages.begin(), seq.pages.end());
     s.block_table.resize(s.block_table.size() + (max_blocks - seq.pages.size()), 0);
     const RequestState& req = *seq.req;
-    if (seq.index == 0 && req.request.params.prompt_logprobs && ahead.empty()) {
+    if (seq.index == 0 && req.request.params.prompt_logprobs && !ahead) {
       // Row p gives the logprob of prompt token p + 1.
       const int from = std::max(start, req.prompt_logprobs_done - 1);
       const int to = std::min(end, seq.num_prompt - 1);

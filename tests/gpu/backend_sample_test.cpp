@@ -287,8 +287,8 @@ TEST(CudaBackendSample, ChainedStepsDrawWhatStepsGivenTheirTokensDraw) {
 }
 
 // The queue's contract: a chained step needs a launch before it with as many rows as it has
-// tokens, at most kMaxQueued launches are outstanding, wait_sample needs one, and forward_sample
-// refuses to run while one is outstanding.
+// tokens, at most kMaxQueued launches are outstanding, wait_sample needs one, and forward_sample,
+// forward and init_kv_cache refuse to run while one is outstanding.
 TEST(CudaBackendSample, QueuedLaunchesRefuseWhatTheContractForbids) {
   FLINT_REQUIRE_GPU();
   const auto m = cpu::testing::make_tiny_model(TinyOptions{});
@@ -313,6 +313,9 @@ TEST(CudaBackendSample, QueuedLaunchesRefuseWhatTheContractForbids) {
   steps.add(1, next, false);
   const model::StepInput two = steps.take();
   EXPECT_FALSE((*be)->forward_sample(two, greedy, tokens)) << "a launch is outstanding";
+  std::vector<float> logits(2 * m.weights.config.vocab_size);
+  EXPECT_FALSE((*be)->forward(two, logits)) << "a launch is outstanding";
+  EXPECT_FALSE((*be)->init_kv_cache(steps.kv_spec(DType::kBF16))) << "a launch is outstanding";
   ASSERT_TRUE((*be)->launch_sample(two, greedy, true));
   EXPECT_FALSE((*be)->launch_sample(two, greedy, true)) << "a third outstanding launch";
   ASSERT_TRUE((*be)->wait_sample(tokens));

@@ -77,6 +77,9 @@ CudaBackend::CudaBackend(DeviceWeights w, cudaStream_t s) : weights_(std::move(w
 }
 
 Status CudaBackend::init_kv_cache(const model::KvCacheSpec& spec) {
+  FLINT_TRY(no_launch_outstanding("init_kv_cache"));
+  last_tokens_ = nullptr;  // the greedy head's buffers go with the old CudaForward
+  last_rows_ = 0;
   clear_graphs();
   fwd_.reset();
   FLINT_ASSIGN_OR_RETURN(fwd_, CudaForward::create(weights_, spec));
@@ -178,7 +181,14 @@ Status CudaBackend::run_step(const model::StepInput& step, LmHead head, LmHead* 
   return ok();
 }
 
+Status CudaBackend::no_launch_outstanding(const char* what) const {
+  if (launched_.empty()) return ok();
+  return make_error(ErrorCode::kInvalidArgument, "cuda: {} with {} queued steps not waited for",
+                    what, launched_.size());
+}
+
 Status CudaBackend::forward(const model::StepInput& step, std::span<float> logits) {
+  FLINT_TRY(no_launch_outstanding("forward"));
   const int64_t need = int64_t(step.logits_indices.size()) * config().vocab_size;
   if (int64_t(logits.size()) < need) {
     return make_error(ErrorCode::kInvalidArgument, "cuda: logits buffer holds {} floats, need {}",
@@ -201,10 +211,7 @@ Status CudaBackend::forward_on_device(const model::StepInput& step) {
 
 Status CudaBackend::reserve_sampling(size_t rows) {
   if (rows <= sample_rows_) return ok();
-  if (!launched_.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "cuda: {} sampled rows need larger buffers while a step is queued", rows);
-  }
+  FLINT_TRY(no_launch_outstanding("growing the sampling buffers"));
   FLINT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   auto p = DeviceBuffer::allocate(rows * sizeof(SampleParams));
   if (!p) return p.error().with_context("allocating sampling parameters");
@@ -231,10 +238,7 @@ Status CudaBackend::reserve_sampling(size_t rows) {
 Status CudaBackend::forward_sample(const model::StepInput& step,
                                    std::span<const model::DeviceSampling> params,
                                    std::span<int32_t> tokens) {
-  if (!launched_.empty()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "cuda: forward_sample with {} queued steps not waited for", launched_.size());
-  }
+  FLINT_TRY(no_launch_outstanding("forward_sample"));
   if (tokens.size() < step.logits_indices.size()) {
     return make_error(ErrorCode::kInvalidArgument, "cuda: room for {} tokens, the step samples {}",
                       tokens.size(), step.logits_indices.size());

@@ -101,6 +101,9 @@ class CudaBackend final : public model::Backend {
   cudaGraphExec_t find_or_capture(const StepPlan& plan);
   void clear_graphs();
   Status reserve_sampling(size_t rows);
+  // kInvalidArgument naming `what` while a launch_sample is not waited for (model::Backend's
+  // contract: nothing else runs then).
+  Status no_launch_outstanding(const char* what) const;
 
   DeviceWeights weights_;
   cudaStream_t stream_;

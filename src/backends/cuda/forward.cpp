@@ -245,7 +245,7 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   cap_logits_ = std::max(cap_logits_, num_logits);
   const int64_t T = cap_tokens_, L = c.num_hidden_layers;
   // int32 metadata: first the staged region, which upload_step fills with the step's nine host
-  // arrays packed at offsets that depend only on the step's plan (one copy per step); room for
+  // arrays packed at offsets that depend only on the step's plan (one upload per step); room for
   // each at its capacity plus its alignment padding. Then the routing ids and moe_route's block
   // counter, which live on the device only.
   const int64_t staged = staged_offset(T) + staged_offset(T) + staged_offset(T) + staged_offset(T) +
@@ -419,9 +419,9 @@ Result<StepPlan> CudaForward::upload_step(const model::StepInput& st, cudaStream
   // have normally finished long since, so this wait does not stall the host.
   stage_ ^= 1;
   FLINT_CUDA_CHECK(cudaEventSynchronize(staged_[stage_]));
-  // The nine arrays packed into the pinned half and copied in one cudaMemcpyAsync; the device
-  // views point at the same offsets, which depend only on (T, S, stride, logits rows): a graph
-  // replayed for an equal plan reads where this step's copy writes.
+  // The nine arrays packed into the pinned half and uploaded at once; the device views point at
+  // the same offsets, which depend only on (T, S, stride, logits rows): a graph replayed for an
+  // equal plan reads where this step's upload writes.
   int32_t* const pin = stage_ == 0 ? pinned_ : pinned_back_;
   int32_t* const dev = meta_.as<int32_t>();
   int64_t off = 0;

@@ -67,9 +67,9 @@ class ChainingToy : public SamplingToy {
 
 using ChainHarness = ToyHarness<ChainingToy>;
 
-ChainHarness make_harness(const model::FlintConfig& mc, bool async) {
+ChainHarness make_harness(const model::FlintConfig& mc, bool async, int max_num_seqs = 6) {
   EngineConfig c;
-  c.max_num_seqs = 6;
+  c.max_num_seqs = max_num_seqs;
   c.max_num_batched_tokens = 32;
   c.max_model_len = 96;
   c.page_size = 4;
@@ -191,19 +191,8 @@ TEST(EngineAsyncScheduling, ArrivalsWhileAStepIsQueuedAreAdmittedAndChangeNoOutp
 // more), b's last token ending the queue. Outputs as the waiting engine's.
 TEST(EngineAsyncScheduling, ARequestWaitingForASlotDoesNotStopTheQueue) {
   const auto mc = config();
-  auto make = [&](bool async) {
-    EngineConfig c;
-    c.max_num_seqs = 2;
-    c.max_num_batched_tokens = 32;
-    c.max_model_len = 96;
-    c.page_size = 4;
-    c.kv_cache_memory = 1 << 24;
-    c.kv_dtype = DType::kF32;
-    c.async_scheduling = async;
-    return ChainHarness::make(mc, c);
-  };
-  ChainHarness async = make(true);
-  ChainHarness sync = make(false);
+  ChainHarness async = make_harness(mc, true, /*max_num_seqs=*/2);
+  ChainHarness sync = make_harness(mc, false, /*max_num_seqs=*/2);
   for (ChainHarness* h : {&async, &sync}) {
     SamplingParams a = greedy(12), b = seeded(20, 3), c = greedy(8);
     a.ignore_eos = c.ignore_eos = true;
