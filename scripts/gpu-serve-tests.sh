@@ -9,6 +9,8 @@
 # server tests, so one device call checks and measures the whole tree. With FLINT_GPU_E2E=1
 # (scripts/gpu.sh e2e) it builds flint only and runs tools/decode_e2e.py with the arguments instead;
 # with FLINT_GPU_ALL=1 and FLINT_E2E_ARGS set, decode_e2e.py also runs (with those) after the bench.
+# FLINT_EXP_SWEEP=a,b (with FLINT_GPU_ALL=1): the bench again with FLINT_EXP set to each value,
+# FLINT_AB_ROUNDS rounds (default 2), its rows printed (an experiment switch the code reads).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root="$PWD"
@@ -87,6 +89,18 @@ if [[ "${FLINT_GPU_ALL:-0}" == 1 ]]; then
     timeout 60 "$flint" bench --load-format dummy $FLINT_BENCH_ARGS2 > "$out/bench2.md" 2>> "$out/bench.log"
   fi
   say "bench done at ${SECONDS}s"
+  if [[ -n "${FLINT_EXP_SWEEP:-}" ]]; then  # the bench again under each FLINT_EXP value, in rounds
+    IFS=, read -r -a exp_values <<< "$FLINT_EXP_SWEEP"
+    for ((round = 1; round <= ${FLINT_AB_ROUNDS:-2}; ++round)); do
+      for v in "${exp_values[@]}"; do
+        # shellcheck disable=SC2086
+        FLINT_EXP="$v" timeout 120 "$flint" bench --load-format dummy ${FLINT_BENCH_ARGS:-} \
+          > "/tmp/sweep-$v-$round.md" 2>> "$out/bench.log"
+        grep -E "^\| (nvfp4|bf16) " "/tmp/sweep-$v-$round.md" | cut -d'|' -f2-7 | sed "s/^/$v r$round |/"
+      done
+    done | tee "$out/sweep.md"
+    say "sweep done at ${SECONDS}s"
+  fi
   if [[ -n "${FLINT_E2E_ARGS:-}" ]]; then  # decode through `flint serve` (tools/decode_e2e.py)
     # shellcheck disable=SC2086
     timeout 240 python3 tools/decode_e2e.py --flint "$flint" $FLINT_E2E_ARGS > "$out/e2e.md" 2>&1

@@ -12,8 +12,10 @@ Random weights pick tokens all over the vocabulary, so the served directory gets
 padded to the config's vocab_size: the tokenizer of --tokenizer-from plus one plain word per
 missing id (" w<id>"), so every token streams as text of its own.
 
-With --concurrency N, each round is N streams sent at once with the same prompt (after the
-warm-up round its blocks come from the prefix cache, so the streams decode together): the row
+With --concurrency N, each round is N streams sent at once whose prompts differ only in their
+last token (after the warm-up round the shared blocks come from the prefix cache, so the streams
+decode together, and greedy streams do not decode the same tokens, which would route every row
+of a step to the same experts and understate a batch's MoE work): the row
 gives the median ms per token over the streams of the measured rounds and the output tokens/s of
 all N together (tokens over the time from the first stream's first token to the last one's last).
 
@@ -122,13 +124,15 @@ def one_request(port: int, prompt: list[int], max_tokens: int, sampling: dict):
     return times[0] - t0, (times[-1] - times[0]) / (tokens - 1), tokens, len(times)
 
 
-def one_round(port: int, prompt: list[int], max_tokens: int, sampling: dict, n: int):
-    """n concurrent streams; each result as one_request's, plus (first arrival, last arrival)."""
+def one_round(port: int, prompt: list[int], max_tokens: int, sampling: dict, n: int, words: int):
+    """n concurrent streams, stream i's prompt ending in token prompt[-1] + i (mod words); each
+    result as one_request's, plus (first arrival, last arrival)."""
     results: list = [None] * n
 
     def run(i: int) -> None:
+        mine = prompt[:-1] + [(prompt[-1] + i) % words]
         t0 = time.perf_counter()
-        ttft, per_token, tokens, chunks = one_request(port, prompt, max_tokens, sampling)
+        ttft, per_token, tokens, chunks = one_request(port, mine, max_tokens, sampling)
         first = t0 + ttft
         results[i] = (ttft, per_token, tokens, chunks, first, first + per_token * (tokens - 1))
 
@@ -193,7 +197,7 @@ def main() -> None:
         for ctx in contexts:
             prompt = [rng.randrange(words) for _ in range(ctx)]
             for m in modes:
-                rounds = [one_round(port, prompt, args.max_tokens, MODES[m], n)
+                rounds = [one_round(port, prompt, args.max_tokens, MODES[m], n, words)
                           for _ in range(args.requests)]
                 measured = [r for rnd in rounds[1:] for r in rnd]
                 per_token = [r[1] * 1e3 for r in measured]
