@@ -44,9 +44,11 @@ jobs="$(nproc)"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv || true
   nvcc --version | tail -1
 } > "$out/device.txt" 2>&1
+# Warnings are CI's business (its compiler): the image's g++ 13 warns inside fmt 9
+# (-Warray-bounds in basic_memory_buffer, from cuda_backend.cpp), which -Werror made a failed build.
 configure() {  # source dir, build dir, log, extra cmake args...
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLINT_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a "${@:4}" > "$3" 2>&1 || { tail -40 "$3"; exit 1; }
+    -DFLINT_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90a "${@:4}" > "$3" 2>&1 || { tail -40 "$3"; exit 1; }
 }
 # graph_table OUT FILE...: the median graph ms of each "| dtype | batch | context | path | graph ms
 # | ..." row over the FILEs of each side, one column per side; FILE names are PREFIX-SIDE-ROUND.md,
