@@ -56,7 +56,8 @@ class Backend {
   // forward_sample in two halves, so that the engine can queue the next decode step before it has
   // read this one's tokens and the host's work between steps overlaps the device's (vLLM's async
   // scheduling). launch_sample queues a step, wait_sample returns the tokens of the oldest step
-  // launched and not yet waited for; at most two are outstanding. With `chain`, the step's
+  // launched and not yet waited for (a span too small for them is refused and the step stays
+  // queued); at most two are outstanding. With `chain`, the step's
   // token_ids are not read: token i of the step (step.num_tokens() must equal the previous
   // launch's number of rows) is the token the previously launched step sampled for its row i.
   // Nothing else (forward, forward_sample, copy_ring, init_kv_cache) may run while a launch is

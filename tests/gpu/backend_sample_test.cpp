@@ -287,8 +287,9 @@ TEST(CudaBackendSample, ChainedStepsDrawWhatStepsGivenTheirTokensDraw) {
 }
 
 // The queue's contract: a chained step needs a launch before it with as many rows as it has
-// tokens, at most kMaxQueued launches are outstanding, wait_sample needs one, and forward_sample,
-// forward and init_kv_cache refuse to run while one is outstanding.
+// tokens, at most kMaxQueued launches are outstanding, wait_sample needs one (and room for its
+// tokens, else the launch stays queued), and forward_sample, forward and init_kv_cache refuse to
+// run while one is outstanding.
 TEST(CudaBackendSample, QueuedLaunchesRefuseWhatTheContractForbids) {
   FLINT_REQUIRE_GPU();
   const auto m = cpu::testing::make_tiny_model(TinyOptions{});
@@ -318,6 +319,8 @@ TEST(CudaBackendSample, QueuedLaunchesRefuseWhatTheContractForbids) {
   EXPECT_FALSE((*be)->init_kv_cache(steps.kv_spec(DType::kBF16))) << "a launch is outstanding";
   ASSERT_TRUE((*be)->launch_sample(two, greedy, true));
   EXPECT_FALSE((*be)->launch_sample(two, greedy, true)) << "a third outstanding launch";
+  std::vector<int32_t> one_token(1);
+  EXPECT_FALSE((*be)->wait_sample(one_token)) << "room for 1 of the 2 tokens: the launch stays";
   ASSERT_TRUE((*be)->wait_sample(tokens));
   ASSERT_TRUE((*be)->wait_sample(tokens));
   EXPECT_FALSE((*be)->wait_sample(tokens));

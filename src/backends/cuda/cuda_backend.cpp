@@ -322,12 +322,12 @@ Status CudaBackend::wait_sample(std::span<int32_t> tokens) {
     return make_error(ErrorCode::kInvalidArgument, "cuda: wait_sample with no step queued");
   }
   const Launched l = launched_.front();
-  launched_.pop_front();
-  FLINT_CUDA_CHECK(cudaEventSynchronize(slots_[l.slot].done));
-  if (tokens.size() < l.rows) {
+  if (tokens.size() < l.rows) {  // refused before it is taken: the step's tokens are not lost
     return make_error(ErrorCode::kInvalidArgument, "cuda: room for {} tokens, the step sampled {}",
                       tokens.size(), l.rows);
   }
+  launched_.pop_front();
+  FLINT_CUDA_CHECK(cudaEventSynchronize(slots_[l.slot].done));
   std::copy_n(slots_[l.slot].tokens, l.rows, tokens.begin());
   return ok();
 }
