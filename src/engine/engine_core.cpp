@@ -238,11 +238,11 @@ void EngineCore::step() {
   std::vector<int> sample_row, first_prompt_row;
   build_step(sched, &sample_row, &first_prompt_row);
   Status st = ok();
+  ++counters_.num_steps;
   if (fill_device_sampling(sched, sample_row)) {
     if (pipelining()) {
       // Launched, not waited for: finish_inflight queues the next step behind it first.
       st = backend_->launch_sample(step_, device_params_, /*chain=*/false);
-      ++counters_.num_steps;
       if (st) {
         inflight_ = InFlight{std::move(sched), std::move(sample_row), std::move(first_prompt_row),
                              device_params_.size()};
@@ -252,13 +252,11 @@ void EngineCore::step() {
       // Only the sampled tokens come back from the device, not vocab_size floats per row.
       sampled_.resize(device_params_.size());
       st = backend_->forward_sample(step_, device_params_, sampled_);
-      ++counters_.num_steps;
     }
   } else {
     sampled_.clear();
     logits_.resize(step_.logits_indices.size() * static_cast<size_t>(vocab_size_));
     st = backend_->forward(step_, logits_);
-    ++counters_.num_steps;
   }
   if (!st) {
     spdlog::error("engine: forward failed: {}", st.error().message);
