@@ -360,7 +360,8 @@ __device__ __forceinline__ void attention_block(const AttnKernelArgs& args, int 
   // otherwise the next kernel (the o projection) launches when this grid exits. Letting it launch
   // at the start made the step slower (NVFP4 batch 1: 2.41 against 2.30 ms; decode_step_bench on
   // the H200, docs/PERFORMANCE.md, fifth session); after the prologue it pays for the one-token
-  // BF16 o projection only (seventeenth session).
+  // o projection (seventeenth session: BF16; twenty-ninth: NVFP4 too, once the o blocks let the
+  // kernel after them launch only after their own wait; forward.cpp).
   if constexpr (kPdl && !kFused) {
     dev::ktrace_mark(kKtWaitBegin);
     dev::pdl_wait();

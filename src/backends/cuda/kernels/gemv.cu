@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2
   __shared__ __align__(16) float s_g[kRouteRows];
   __shared__ float s_y[kRouteRows], s_x[kRouteRows];
   dev::ktrace_begin(KTag::kGemv);
-  dev::pdl_launch_dependents();
+  // gemv_block lets the next kernel launch after the wait (args.trigger_after_wait).
   const int64_t row0 = int64_t(blockIdx.x) * kRouteRows;
   const int per = rt.f32 ? 2 : 1;  // 16-byte pieces of an expert's slice
   const size_t es = rt.f32 ? 4 : 2;
@@ -469,6 +469,10 @@ bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const Lin
   FLINT_CHECK(router.w != nullptr && y != nullptr && x_out != nullptr && acc != nullptr,
               "gemv_route_partials: null buffer");
   GemvArgs a{w, {}, x, w.in, nullptr, nullptr, 0.0f, y, w.out, 1, 1, nullptr, true};
+  // It follows attention, which lets it launch early (decode_attention's early_dependents): the
+  // routed gate/up launches once every block here has passed its wait, not at their start
+  // (forward.cpp has the measurements).
+  a.trigger_after_wait = true;
   a.l2_rest = l2_rest_serves(w, 1);
   const RouteTail rt{
       router.w, router.dtype == DType::kF32, static_cast<int>(router.out), w.out, norm, x_out, acc};

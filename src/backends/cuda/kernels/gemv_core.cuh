@@ -57,6 +57,10 @@ struct GemvArgs {
   // F32/BF16 weights known before the PDL wait (dense, or fixed slots): the chunks past the first
   // pass are also requested into L2 before the wait (prefetch_rest; gemv.cu says when).
   bool l2_rest = false;
+  // The kernel lets the next one launch only once this block has passed its PDL wait (the kernel
+  // then must not call pdl_launch_dependents at its start): for a kernel that itself launched
+  // early, so that its dependents do not launch earlier still (gemv_route_partials).
+  bool trigger_after_wait = false;
 };
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
@@ -263,6 +267,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   ktrace_mark(kKtWaitBegin);
   pdl_wait();
   ktrace_mark(kKtWaitEnd);
+  if (args.trigger_after_wait) pdl_launch_dependents();
   // The token's 1 / rms for rows normed by an earlier kernel (x_inv), used at the end: copied
   // into shared memory asynchronously (no register held across the kernel), waited for before the
   // barrier that precedes the dot products.
