@@ -57,9 +57,9 @@ struct GemvArgs {
   // F32/BF16 weights known before the PDL wait (dense, or fixed slots): the chunks past the first
   // pass are also requested into L2 before the wait (prefetch_rest; gemv.cu says when).
   bool l2_rest = false;
-  // The kernel lets the next one launch only once this block has passed its PDL wait (the kernel
-  // then must not call pdl_launch_dependents at its start): for a kernel that itself launched
-  // early, so that its dependents do not launch earlier still (gemv_route_partials).
+  // gemv_block lets the next kernel launch once this block has passed its PDL wait, for a kernel
+  // that itself launched early, so that its dependents do not launch earlier still. Only a kernel
+  // that does not call pdl_launch_dependents at its start sets it (gemv_route_kernel).
   bool trigger_after_wait = false;
 };
 
