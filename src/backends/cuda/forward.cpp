@@ -514,14 +514,14 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     // launch after its prologue: BF16 b1 1K 2.452 / 2.384, 100K 3.166 / 3.105; but NVFP4 b1 1K
     // 1.934 / 1.945, b2 2.793 / 2.934 and BF16 b2 3.675 / 3.774, b8 7.617 / 7.901 lost. NVFP4
     // (twenty-ninth session, sweeps of two rounds, b1 greedy head): with the o blocks letting the
-    // gate/up launch at their start, as every GEMV does, 1K 1.636 -> 1.655-1.657, 100K 2.335 ->
-    // 2.369-2.380: the o's cycle grew by 0.9 us, the gate/up's by 0.8 and moe_down's by 0.4
-    // (--ktrace) for the 2 us attention's hand-off saved; with the gate/up launched after the o's
-    // wait, 1K 1.629 -> 1.609, 100K 2.335 -> 2.329, BF16 unchanged (2.087 -> 2.085, 2.758 ->
-    // 2.752). The attention blocks requesting the o weights into L2 themselves after their prologue
-    // (cp.async.bulk.prefetch.L2, split over the blocks) lost (twenty-fourth session, sweep, five
-    // rounds, b1 1K greedy head): NVFP4 1.694 -> 1.727, BF16 2.141 -> 2.302; with the shared
-    // expert's slices as well, 1.803 and 2.416.
+    // gate/up launch at their start, as every GEMV does, 1K 1.632 -> 1.655, 100K 2.341 -> 2.380
+    // (another sweep: 1.636 -> 1.657, 2.335 -> 2.369): the o's cycle grew by 0.9 us, the gate/up's
+    // by 0.8 and moe_down's by 0.4 (--ktrace) for the 2 us attention's hand-off saved; with the
+    // gate/up launched after the o's wait, 1K 1.629 -> 1.609, 100K 2.335 -> 2.329, BF16 unchanged
+    // (2.087 -> 2.085, 2.758 -> 2.752). The attention blocks requesting the o weights into L2
+    // themselves after their prologue (cp.async.bulk.prefetch.L2, split over the blocks) lost
+    // (twenty-fourth session, sweep, five rounds, b1 1K greedy head): NVFP4 1.694 -> 1.727, BF16
+    // 2.141 -> 2.302; with the shared expert's slices as well, 1.803 and 2.416.
     aa.early_dependents = T == 1;
     if (plan.decode) {
       // One launch: q/k norm, RoPE, the cache write of the new K/V and attention.

@@ -58,8 +58,9 @@ struct GemvArgs {
   // pass are also requested into L2 before the wait (prefetch_rest; gemv.cu says when).
   bool l2_rest = false;
   // gemv_block lets the next kernel launch once this block has passed its PDL wait, for a kernel
-  // that itself launched early, so that its dependents do not launch earlier still. Only a kernel
-  // that does not call pdl_launch_dependents at its start sets it (gemv_route_kernel).
+  // that itself launched early, so that its dependents do not launch earlier still. Set only for
+  // a kernel that does not call pdl_launch_dependents at its start (gemv_route_partials' launch
+  // of gemv_route_kernel).
   bool trigger_after_wait = false;
 };
 
