@@ -16,6 +16,8 @@
 #        FLINT_SWEEP_VAR=V FLINT_SWEEP_VALUES=a,b,... scripts/gpu.sh sweep [decode_step_bench args...]:
 #        one build, the bench once per value of the environment variable V (an experiment switch
 #        the code reads), FLINT_AB_ROUNDS rounds (default 2), one column of median graph ms per value.
+#        scripts/gpu.sh prefill [contexts...]: the prefill attention test, prefill_attention_bench
+#        (wgmma against mma.sync) at the contexts, and decode_step_bench's 100K-token prefill.
 #        scripts/gpu.sh ktrace [decode_step_bench args...]: a -DFLINT_KTRACE=ON build of the bench
 #        run with --ktrace (each kernel kind's timeline: prologue, PDL wait, marks, hand-off).
 #        scripts/gpu.sh ncu REGEX [decode_step_bench args...]: Nsight Compute on FLINT_NCU_COUNT
@@ -114,6 +116,21 @@ if [[ "$what" == sweep ]]; then
   done
   graph_table "$out/sweep.md" "${files[@]}"
   exit 0
+fi
+if [[ "$what" == prefill ]]; then
+  # Prefill attention: its kernel test, prefill_attention_bench at the given contexts (wgmma against
+  # mma.sync), then decode_step_bench's 100K-token prefill (FLINT_PREFILL_DTYPES, default nvfp4).
+  configure . "$build" "$out/configure.log"
+  cmake --build "$build" -j "$jobs" --target gpu_tests prefill_attention_bench decode_step_bench \
+    > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+  "$build/tests/gpu_tests" --gtest_filter='PrefillAttention.*' > "$out/test.log" 2>&1 || rc_test=1
+  grep -E "Failure|Expected|Which is|worst|OK \]|FAILED|PASSED" "$out/test.log" | head -30
+  "$build/bench/prefill_attention_bench" "$@" | tee "$out/prefill_attention.md"
+  "$build/bench/decode_step_bench" --dtype "${FLINT_PREFILL_DTYPES:-nvfp4}" --batch "" \
+    --prefill 102400 --prefill-runs 1 > "$out/prefill.md" 2> "$out/prefill.log" ||
+    { echo "gpu.sh prefill: decode_step_bench failed"; tail -5 "$out/prefill.log"; }
+  grep -iE "prefill|^\| (nvfp4|bf16)" "$out/prefill.md" | head -20
+  exit "${rc_test:-0}"
 fi
 if [[ "$what" == ktrace ]]; then
   # A -DFLINT_KTRACE=ON build of decode_step_bench (its own build dir) run with --ktrace: where

@@ -1,6 +1,7 @@
-// The prefill attention kernel against cpu::attention: several sequences mixing long chunks (not
-// multiples of the 64-key tile), single decode tokens and cached prefixes in shuffled pages or
-// wrapped rings; windows 1, 2, 5 and 513; GQA groups 1, 2, 4 and 8; sinks that matter.
+// The prefill attention kernels (mma.sync, and wgmma at head_dim 128) against cpu::attention:
+// several sequences mixing long chunks (not multiples of the 64-key tile or of a block's queries),
+// single decode tokens and cached prefixes in shuffled pages or wrapped rings; windows 1, 2, 5 and
+// 513; GQA groups 1, 2, 4 and 8; sinks that matter.
 #include "backends/cuda/kernels/prefill_attention.h"
 
 #include <fmt/format.h>
@@ -33,12 +34,13 @@ std::vector<uint16_t> bits(const std::vector<float>& v) {
 struct AttnCase {
   int num_heads, num_kv_heads, head_dim, window;
   std::vector<std::pair<int, int>> seqs;  // (cached length, new tokens) per sequence
+  int64_t page = 16;                      // keys per cache page
 };
 
-void check_case(const AttnCase& c, int64_t layer, int rows_per_block) {
+void check_case(const AttnCase& c, int64_t layer, int rows_per_block, bool wgmma) {
   const bool sliding = layer == 1;
-  SCOPED_TRACE(fmt::format("H={} Hkv={} D={} window={} sliding={} rows={}", c.num_heads,
-                           c.num_kv_heads, c.head_dim, c.window, sliding, rows_per_block));
+  SCOPED_TRACE(fmt::format("H={} Hkv={} D={} window={} sliding={} rows={} wgmma={}", c.num_heads,
+                           c.num_kv_heads, c.head_dim, c.window, sliding, rows_per_block, wgmma));
   model::FlintConfig cfg;
   cfg.num_hidden_layers = 2;
   cfg.num_heads = c.num_heads;
@@ -48,7 +50,7 @@ void check_case(const AttnCase& c, int64_t layer, int rows_per_block) {
   cfg.layer_types = {model::LayerType::kFullAttention, model::LayerType::kSlidingAttention};
   const int64_t H = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim, row = Hkv * D;
   const int S = static_cast<int>(c.seqs.size());
-  const int64_t page = 16;
+  const int64_t page = c.page;
   int64_t max_len = 0;
   for (auto [old, n] : c.seqs) max_len = std::max<int64_t>(max_len, old + n);
   const int32_t mbps = static_cast<int32_t>((max_len + page - 1) / page);
@@ -103,9 +105,9 @@ void check_case(const AttnCase& c, int64_t layer, int rows_per_block) {
       drings(st.ring_ids), dqsl(st.query_start_loc), dlens(st.seq_lens), dtable(st.block_table);
   const TokenKv kv{dpos.get(),  dseq.get(),   dslots.get(), drings.get(),           dqsl.get(),
                    dlens.get(), dtable.get(), mbps,         static_cast<int>(page), c.window};
-  const PrefillAttentionArgs a{c.num_heads, c.num_kv_heads,
-                               c.head_dim,  1.0f / std::sqrt(static_cast<float>(D)),
-                               sliding,     rows_per_block};
+  const PrefillAttentionArgs a{
+      c.num_heads, c.num_kv_heads, c.head_dim,    1.0f / std::sqrt(static_cast<float>(D)),
+      sliding,     wgmma,          rows_per_block};
   auto bf = [](const DeviceArray<uint16_t>& x) {
     return reinterpret_cast<const __nv_bfloat16*>(x.get());
   };
@@ -119,11 +121,15 @@ TEST(PrefillAttention, MatchesCpuAttention) {
   FLINT_REQUIRE_GPU();
   const std::vector<std::pair<int, int>> mix = {{0, 70}, {30, 1}, {600, 130}, {5, 17}, {0, 1}};
   const std::vector<AttnCase> cases = {
-      {2, 2, 16, 1, mix},     {4, 2, 64, 2, mix},          {8, 1, 128, 5, mix},
-      {32, 4, 128, 513, mix}, {4, 1, 32, 513, {{0, 700}}}, {8, 2, 128, 513, {{520, 200}, {0, 3}}}};
+      {2, 2, 16, 1, mix},          {4, 2, 64, 2, mix},
+      {8, 1, 128, 5, mix},         {32, 4, 128, 513, mix},
+      {4, 1, 32, 513, {{0, 700}}}, {8, 2, 128, 513, {{520, 200}, {0, 3}}},
+      {4, 4, 128, 2, mix},         {8, 4, 128, 513, {{0, 385}, {64, 64}, {1000, 2}}}};
   for (const AttnCase& c : cases) {
     for (int64_t layer : {0, 1}) {
-      for (int rows : {64, 128}) check_case(c, layer, rows);
+      check_case(c, layer, 64, false);
+      check_case(c, layer, 128, false);
+      if (c.head_dim == 128) check_case(c, layer, 128, true);  // the wgmma kernel
     }
   }
 }

@@ -1,8 +1,10 @@
-// Prefill attention, flash-attention style: a block of 4 warps owns 128 (query, head) rows of one
-// KV head (128/G queries x the G query heads sharing that KV head), 32 rows per warp, and two
-// blocks share an SM. It streams 64-key K/V tiles through double-buffered shared memory
-// (cp.async), computes S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, f32 accumulate)
-// and keeps the softmax online in f32, the sink folded in as the initial running max.
+// Prefill attention, flash-attention style. A block owns a set of (query, head) rows of one KV head
+// (rows / G queries x the G query heads sharing that KV head) and streams 64-key K/V tiles through
+// shared memory (cp.async), computing S = Q K^T and O += P V on the tensor cores (bf16 in, f32
+// accumulate) and keeping the softmax online in f32, the sink folded in as the initial running
+// max. Two kernels: at head_dim 128 (Flint's) the Hopper one, wgmma with three warpgroups of 64
+// rows and one block per SM; for other head dims (and A/B timing) the mma.sync one, 4 warps of 64
+// or 128 rows.
 // Reference: backends/cpu/ops/attention.cpp
 // Test: tests/kernels/prefill_attention_test.cpp
 #include <cmath>
@@ -10,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/prefill_attention.h"
+#include "backends/cuda/kernels/wgmma.cuh"
 
 namespace flint::cuda {
 namespace {
@@ -17,11 +20,12 @@ namespace {
 // (query, head) rows per block: kWarps x 16 x kMt. Every block streams all of its keys from L2, so
 // the K/V traffic is (rows of the step / rows per block) x keys: with 64-row blocks the last chunks
 // of a 100K-token prefill read an estimated 3 TB of K/V each from L2 (130 TFLOP/s measured), so the
-// forward pass uses 128 (PrefillAttentionArgs::rows_per_block), as 4 warps of two m-tiles: 8 warps
-// of one m-tile took 601 ms for the 14 full layers of a 100K prompt's last 4K chunk, 4 warps of two
-// 494 ms (2 blocks per SM at 255 registers), 8 warps of two 499 ms, 32-key tiles 540 ms; then the
-// scale in the exponent's FMA and O rescaled only when a row's max moves 440 ms (a few registers
-// spill, and it wins anyway; H200, eighth session). 64-row blocks are 4 warps of one m-tile.
+// mma.sync kernel's default is 128 (PrefillAttentionArgs::rows_per_block), 4 warps of two m-tiles:
+// 8 warps of one m-tile took 601 ms for the 14 full layers of a 100K prompt's last 4K chunk, 4
+// warps of two 494 ms (2 blocks per SM at 255 registers), 8 warps of two 499 ms, 32-key tiles 540
+// ms; then the scale in the exponent's FMA and O rescaled only when a row's max moves 440 ms (a few
+// registers spill, and it wins anyway; H200, eighth session). 64-row blocks are 4 warps of one
+// m-tile.
 constexpr float kLog2e = 1.4426950408889634f;
 
 // 2^x (MUFU ex2, flushing denormals); -inf gives 0.
@@ -46,7 +50,186 @@ struct Params {
   int num_heads, num_kv_heads;
   float scale_log2;
   bool sliding;
+  int page_shift;  // log2(kv.page_size) when it is a power of two, else -1 (divisions)
 };
+
+// This block's sequence and first query: tiles of `per_block` queries are numbered sequence by
+// sequence, and the last tiles (the most keys) are handed to the first blocks. seq < 0: no tile.
+struct BlockRows {
+  int seq = -1, t0 = 0, nq = 0;
+};
+__device__ __forceinline__ BlockRows find_block_rows(const Params& p, int per_block) {
+  const int idx = gridDim.x - 1 - blockIdx.x;
+  int acc = 0;
+  for (int s = 0; s < p.num_seqs; ++s) {
+    const int b = p.kv.query_start_loc[s], e = p.kv.query_start_loc[s + 1];
+    const int nt = (e - b + per_block - 1) / per_block;
+    if (idx < acc + nt) {
+      const int t0 = b + (idx - acc) * per_block;
+      return {s, t0, min(per_block, e - t0)};
+    }
+    acc += nt;
+  }
+  return {};
+}
+
+// The keys a block's queries see, and where each key's K/V rows live: before the chunk in the
+// paged cache (full layers) or the ring (sliding layers), the chunk's own in this step's rows.
+struct SeqKeys {
+  int seq, q_begin, old_len, p0, p_last, k_lo, ring, kvh;
+  __device__ SeqKeys(const Params& p, int s, int t0, int nq, int kv_head) : seq(s), kvh(kv_head) {
+    q_begin = p.kv.query_start_loc[seq];
+    const int num_new = p.kv.query_start_loc[seq + 1] - q_begin;
+    old_len = p.kv.seq_lens[seq] - num_new;
+    p0 = old_len + (t0 - q_begin);
+    p_last = p0 + nq - 1;
+    k_lo = p.sliding ? max(0, p0 - p.kv.window + 1) : 0;
+    ring = p.sliding ? p.kv.ring_ids[seq] : 0;
+  }
+  // The paged-cache page holding key kp (a full layer's key before the chunk, kp <= p_last), or -1
+  // for keys read from elsewhere: a global load that callers may issue ahead of its use.
+  __device__ __forceinline__ int page_of(const Params& p, int kp) const {
+    if (p.sliding || kp >= old_len || kp > p_last) return -1;
+    const int idx = p.page_shift >= 0 ? kp >> p.page_shift : kp / p.kv.page_size;
+    return p.kv.block_table[int64_t(seq) * p.kv.max_blocks_per_seq + idx];
+  }
+  // K and V of key position kp (<= p_last), elements ch.. of the head; `page` is page_of(p, kp).
+  template <int D>
+  __device__ __forceinline__ void sources(const Params& p, int kp, int ch, int page,
+                                          const __nv_bfloat16*& k, const __nv_bfloat16*& v) const {
+    const int Hkv = p.num_kv_heads;
+    if (kp >= old_len) {
+      const int64_t off = (int64_t(q_begin + kp - old_len) * Hkv + kvh) * D + ch;
+      k = p.k_step + off;
+      v = p.v_step + off;
+      return;
+    }
+    const int in_page = p.page_shift >= 0 ? kp & (p.kv.page_size - 1) : kp % p.kv.page_size;
+    const int64_t slot = p.sliding ? int64_t(ring) * p.kv.window + kp % p.kv.window
+                                   : int64_t(page) * p.kv.page_size + in_page;
+    const int64_t off = (slot * Hkv + kvh) * D + ch;
+    k = p.k_cache + off;
+    v = p.v_cache + off;
+  }
+};
+
+// Scores and outputs are held in the mma.sync m16n8 accumulator layout (wgmma's, per warp, is the
+// same): thread (g = lane / 4, c = lane % 4) holds rows r0 = 16-row tile base + g (elements 0, 1)
+// and r0 + 8 (elements 2, 3), columns 8 * n8-tile + 2c and + 1.
+
+// -inf for the scores of a tile (keys kb..) a row may not see: past its query, outside the window,
+// or a row beyond the block's nq queries. Row r is query r / G.
+template <int G, int kNt>
+__device__ __forceinline__ void mask_tile(float (&sc)[kNt][4], const Params& p, int r0, int c,
+                                          int kb, int p0, int nq) {
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int rq = (r0 + (e >> 1) * 8) / G;
+      const int qpos = p0 + rq;
+      const int kp = kb + nt * 8 + 2 * c + (e & 1);
+      const bool ok = rq < nq && kp <= qpos && (!p.sliding || kp > qpos - p.kv.window);
+      if (!ok) sc[nt][e] = -INFINITY;
+    }
+  }
+}
+
+// One tile's online-softmax step for the thread's two rows: the max on the raw scores (the scale is
+// positive), sc replaced by exp2(scale * s - max) (the scale in the exponent's FMA), l and m
+// updated. Returns whether some row of the warp has a new max; then O must be multiplied by
+// alpha[row] before this tile's P V is added (rescale_o).
+template <int kNt>
+__device__ __forceinline__ bool softmax_scores(float (&sc)[kNt][4], float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], float scale_log2) {
+  bool moved = false;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) mx = fmaxf(mx, fmaxf(sc[nt][2 * hr], sc[nt][2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[hr], mx * scale_log2);
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      sc[nt][2 * hr] = fast_exp2(fmaf(sc[nt][2 * hr], scale_log2, -base));
+      sc[nt][2 * hr + 1] = fast_exp2(fmaf(sc[nt][2 * hr + 1], scale_log2, -base));
+      sum += sc[nt][2 * hr] + sc[nt][2 * hr + 1];
+    }
+    alpha[hr] = fast_exp2(m[hr] - base);
+    moved |= m_new != m[hr];
+    if (m_new != m[hr]) l[hr] *= alpha[hr];
+    l[hr] += sum;
+    m[hr] = m_new;
+  }
+  return __any_sync(0xffffffffu, moved);
+}
+
+template <int kDt>
+__device__ __forceinline__ void rescale_o(float (&o)[kDt][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < kDt; ++dt) {
+    o[dt][0] *= alpha[0];
+    o[dt][1] *= alpha[0];
+    o[dt][2] *= alpha[1];
+    o[dt][3] *= alpha[1];
+  }
+}
+
+template <int kNt, int kDt>
+__device__ __forceinline__ void softmax_tile(float (&sc)[kNt][4], float (&o)[kDt][4], float (&m)[2],
+                                             float (&l)[2], float scale_log2) {
+  float alpha[2];
+  if (softmax_scores(sc, m, l, alpha, scale_log2)) rescale_o(o, alpha);
+}
+
+// P of keys 16kk..16kk+15 as an m16n8k16 A fragment (bf16).
+template <int kNt>
+__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&sc)[kNt][4], int kk) {
+  a[0] = dev::pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+  a[1] = dev::pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+  a[2] = dev::pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+  a[3] = dev::pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+}
+
+// The sink of row r's head, in log2 units (-inf without sinks).
+template <int G>
+__device__ __forceinline__ float sink_log2(const Params& p, int kvh, int r) {
+  return p.sinks != nullptr ? p.sinks[kvh * G + r % G] * kLog2e : -INFINITY;
+}
+
+// Writes the thread's two rows of O / (l + exp(sink - m)).
+template <int D, int G>
+__device__ __forceinline__ void store_rows(const Params& p, const float (&o)[D / 8][4],
+                                           const float (&m)[2], const float (&l)[2], int r0, int c,
+                                           int kvh, int t0, int nq) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float lt = l[hr];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int r = r0 + hr * 8;
+    if (p.sinks != nullptr) lt += exp2f(sink_log2<G>(p, kvh, r) - m[hr]);
+    if (r / G >= nq) continue;
+    const float inv = 1.0f / lt;
+    float* dst = p.out + int64_t(t0 + r / G) * p.num_heads * D + int64_t(kvh * G + r % G) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
+          make_float2(o[dt][2 * hr] * inv, o[dt][2 * hr + 1] * inv);
+    }
+  }
+}
+
+// Masks are needed only where a tile of keys kb.. crosses a row's causal or window edge, or where
+// the block has fewer than a full set of queries.
+__device__ __forceinline__ bool tile_needs_mask(const Params& p, const SeqKeys& sk, int kb,
+                                                int keys, int nq, int full_nq) {
+  return !(kb + keys - 1 <= sk.p0 && (!p.sliding || kb > sk.p_last - p.kv.window) && nq == full_nq);
+}
 
 // kMt: 16-row m-tiles per warp. Two let every K/V fragment loaded from shared memory feed two
 // mma (shared-memory bandwidth, not the tensor cores, bounds one m-tile per warp); Q then comes
@@ -65,35 +248,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kvh = blockIdx.y;
 
-  // Find this block's (sequence, first query): tiles are numbered sequence by sequence, and the
-  // last tiles (the most keys) are handed to the first blocks.
-  const int idx = gridDim.x - 1 - blockIdx.x;
-  int seq = -1, t0 = 0, nq = 0;
-  {
-    int acc = 0;
-    for (int s = 0; s < p.num_seqs; ++s) {
-      const int b = p.kv.query_start_loc[s], e = p.kv.query_start_loc[s + 1];
-      const int nt = (e - b + kQt - 1) / kQt;
-      if (idx < acc + nt) {
-        seq = s;
-        t0 = b + (idx - acc) * kQt;
-        nq = min(kQt, e - t0);
-        break;
-      }
-      acc += nt;
-    }
-  }
-  if (seq < 0) return;
-  const int q_begin = p.kv.query_start_loc[seq];
-  const int num_new = p.kv.query_start_loc[seq + 1] - q_begin;
-  const int old_len = p.kv.seq_lens[seq] - num_new;  // keys before this chunk live in the cache
-  const int p0 = old_len + (t0 - q_begin);
-  const int p_last = p0 + nq - 1;
-  const int W = p.kv.window;
-  const int k_lo = p.sliding ? max(0, p0 - W + 1) : 0;
-  const int num_tiles = (p_last - k_lo + kKeys) / kKeys;
-  const int H = p.num_heads, Hkv = p.num_kv_heads;
-  const int ring = p.sliding ? p.kv.ring_ids[seq] : 0;
+  const BlockRows br = find_block_rows(p, kQt);
+  if (br.seq < 0) return;
+  const int t0 = br.t0, nq = br.nq;
+  const SeqKeys sk(p, br.seq, t0, nq, kvh);
+  const int num_tiles = (sk.p_last - sk.k_lo + kKeys) / kKeys;
+  const int H = p.num_heads;
 
   // Q rows (f32 -> bf16 in shared memory), row r = query r / G, head kvh * G + r % G.
   for (int i = tid; i < kRows * (D / 4); i += kThreads) {
@@ -116,34 +276,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
     for (int i = tid; i < kKeys * (D / 8); i += kThreads) {
       const int r = i / (D / 8), ch = (i % (D / 8)) * 8;
       const int kp = kb + r;
-      const bool ok = kp <= p_last;
+      const bool ok = kp <= sk.p_last;
       const __nv_bfloat16 *ksrc = p.k_step, *vsrc = p.v_step;
-      if (ok) {
-        int64_t off;
-        if (kp >= old_len) {
-          off = (int64_t(q_begin + kp - old_len) * Hkv + kvh) * D + ch;
-          ksrc = p.k_step + off;
-          vsrc = p.v_step + off;
-        } else {
-          int64_t slot;
-          if (p.sliding) {
-            slot = int64_t(ring) * W + kp % W;
-          } else {
-            const int page =
-                p.kv.block_table[int64_t(seq) * p.kv.max_blocks_per_seq + kp / p.kv.page_size];
-            slot = int64_t(page) * p.kv.page_size + kp % p.kv.page_size;
-          }
-          off = (slot * Hkv + kvh) * D + ch;
-          ksrc = p.k_cache + off;
-          vsrc = p.v_cache + off;
-        }
-      }
+      if (ok) sk.sources<D>(p, kp, ch, sk.page_of(p, kp), ksrc, vsrc);
       dev::cp_async16(kd + r * kLd + ch, ksrc, ok);
       dev::cp_async16(vd + r * kLd + ch, vsrc, ok);
     }
   };
 
-  load_kv(0, k_lo);
+  load_kv(0, sk.k_lo);
   dev::cp_async_commit();
   __syncthreads();  // Q in shared memory
 
@@ -159,16 +300,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
   }
 
   const int g = lane >> 2, c = lane & 3;
-  // Per thread: rows g and g + 8 of each m-tile, index mt * 2 + hr.
-  auto row_of = [&](int i) { return warp_row + (i >> 1) * 16 + g + (i & 1) * 8; };
-  auto sink2_of = [&](int i) {
-    return p.sinks != nullptr ? p.sinks[kvh * G + row_of(i) % G] * kLog2e : -INFINITY;
-  };
-  float m[2 * kMt], l[2 * kMt];
+  // Per thread: rows warp_row + mt * 16 + g and + 8 of each m-tile.
+  float m[kMt][2], l[kMt][2];
 #pragma unroll
-  for (int i = 0; i < 2 * kMt; ++i) {
-    m[i] = sink2_of(i);  // the sink joins the max; its exp is added to l at the end
-    l[i] = 0.f;
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      m[mt][hr] = sink_log2<G>(p, kvh, warp_row + mt * 16 + g + hr * 8);  // joins the max
+      l[mt][hr] = 0.f;  // the sink's exp is added at the end
+    }
   }
   float o[kMt][D / 8][4];
 #pragma unroll
@@ -179,7 +319,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
 
   for (int j = 0; j < num_tiles; ++j) {
     const int stage = j & 1;
-    const int kb = k_lo + j * kKeys;
+    const int kb = sk.k_lo + j * kKeys;
     if (j + 1 < num_tiles) {
       load_kv(stage ^ 1, kb + kKeys);
       dev::cp_async_commit();
@@ -220,69 +360,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
         }
       }
     }
-    // Masks are needed only where the tile crosses a row's causal or window edge (or short rows).
-    const bool need_mask = !(kb + kKeys - 1 <= p0 && (!p.sliding || kb > p_last - W) && nq == kQt);
-    // Masks and the max on the raw scores (the scale is positive); the scale is applied in the
-    // exponent's FMA, and O is rescaled only when some row of the warp has a new max.
-    if (need_mask) {
+    if (tile_needs_mask(p, sk, kb, kKeys, nq, kQt)) {
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int rq = row_of(mt * 2 + (e >> 1)) / G;
-            const int qpos = p0 + rq;
-            const int kp = kb + nt * 8 + 2 * c + (e & 1);
-            const bool ok = rq < nq && kp <= qpos && (!p.sliding || kp > qpos - W);
-            if (!ok) sc[mt][nt][e] = -INFINITY;
-          }
-        }
-      }
+      for (int mt = 0; mt < kMt; ++mt)
+        mask_tile<G>(sc[mt], p, warp_row + mt * 16 + g, c, kb, sk.p0, nq);
     }
 #pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int i = mt * 2 + hr;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt)
-          mx = fmaxf(mx, fmaxf(sc[mt][nt][2 * hr], sc[mt][nt][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[i], mx * p.scale_log2);
-        const float base = m_new == -INFINITY ? 0.f : m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-          sc[mt][nt][2 * hr] = fast_exp2(fmaf(sc[mt][nt][2 * hr], p.scale_log2, -base));
-          sc[mt][nt][2 * hr + 1] = fast_exp2(fmaf(sc[mt][nt][2 * hr + 1], p.scale_log2, -base));
-          sum += sc[mt][nt][2 * hr] + sc[mt][nt][2 * hr + 1];
-        }
-        if (__any_sync(0xffffffffu, m_new != m[i])) {
-          const float alpha = fast_exp2(m[i] - base);
-          l[i] *= alpha;
-#pragma unroll
-          for (int dt = 0; dt < D / 8; ++dt) {
-            o[mt][dt][2 * hr] *= alpha;
-            o[mt][dt][2 * hr + 1] *= alpha;
-          }
-        }
-        l[i] += sum;
-        m[i] = m_new;
-      }
-    }
+    for (int mt = 0; mt < kMt; ++mt) softmax_tile(sc[mt], o[mt], m[mt], l[mt], p.scale_log2);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       uint32_t a[kMt][4];
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        a[mt][0] = dev::pack_bf16(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
-        a[mt][1] = dev::pack_bf16(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
-        a[mt][2] = dev::pack_bf16(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
-        a[mt][3] = dev::pack_bf16(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
-      }
+      for (int mt = 0; mt < kMt; ++mt) p_fragment(a[mt], sc[mt], kk);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
@@ -300,24 +389,170 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
 
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int i = mt * 2 + hr;
-      float lt = l[i];
-      lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-      lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-      if (p.sinks != nullptr) lt += exp2f(sink2_of(i) - m[i]);
-      const int r = row_of(i);
-      if (r / G >= nq) continue;
-      const float inv = 1.0f / lt;
-      float* dst = p.out + int64_t(t0 + r / G) * H * D + int64_t(kvh * G + r % G) * D;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
-            make_float2(o[mt][dt][2 * hr] * inv, o[mt][dt][2 * hr + 1] * inv);
-      }
-    }
+    store_rows<D, G>(p, o[mt], m[mt], l[mt], warp_row + mt * 16 + g, c, kvh, t0, nq);
   }
+}
+
+// The Hopper kernel for head_dim 128: kWg warpgroups of 64 (query, head) rows each, one block per
+// SM. S = Q K^T is one wgmma m64n64k16 per 16 dims with Q and K read from shared memory, O += P V
+// one m64n128k16 per 16 keys with P from registers and V read from shared memory (MN-major), so
+// there is no ldmatrix traffic. Each warpgroup overlaps one tile's softmax with the previous
+// tile's P V: at tile j it issues S_j and P_{j-1} V_{j-1}, waits for S_j, computes its softmax
+// while P V runs, then waits for P V and rescales O. K/V tiles rotate through three stages (tile
+// j's K and tile j-1's V are read while tile j+1 loads), and the paged cache's page ids are read
+// a tile ahead of the copies that use them. Q, K and V are kept in core-matrix order: row r,
+// 16-byte chunk ch at ((r / 8) * (D / 8) + ch) * 128 + (r % 8) * 16 bytes, so that 8 consecutive
+// threads of a copy fill one 128-byte core matrix. That layout is K-major for Q and K (LBO 128
+// between 16-byte chunks, SBO one 8-row group) and MN-major for V (SBO 128 between 8-dim groups,
+// LBO one 8-key group).
+template <int G, int kWg>
+__global__ void __launch_bounds__(128 * kWg, 1) prefill_attention_wgmma_kernel(const Params p) {
+  constexpr int D = 128, kRows = 64 * kWg, kKeys = 64, kThreads = 128 * kWg, kStages = 3;
+  constexpr int kQt = kRows / G;
+  constexpr int kChunks = D / 8;              // 16-byte chunks of a row
+  constexpr uint32_t kGroup = kChunks * 128;  // bytes of one 8-row group
+  constexpr uint32_t kTileBytes = kKeys * D * 2;
+  constexpr int kIters = (kKeys * kChunks + kThreads - 1) / kThreads;  // copies per thread
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* qs = smem_raw;                   // kRows rows
+  unsigned char* ks = qs + kRows * D * 2;         // [kStages] kKeys rows
+  unsigned char* vs = ks + kStages * kTileBytes;  // [kStages] kKeys rows
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int kvh = blockIdx.y;
+
+  const BlockRows br = find_block_rows(p, kQt);
+  if (br.seq < 0) return;
+  const int t0 = br.t0, nq = br.nq;
+  const SeqKeys sk(p, br.seq, t0, nq, kvh);
+  const int num_tiles = (sk.p_last - sk.k_lo + kKeys) / kKeys;
+  const int H = p.num_heads;
+
+  // Entry i of the core-matrix order is row (i / (8 * kChunks)) * 8 + i % 8, chunk (i / 8) %
+  // kChunks; thread tid copies entries tid + k * kThreads.
+  auto row_of_entry = [](int i) { return (i / (8 * kChunks)) * 8 + (i & 7); };
+  auto chunk_of_entry = [](int i) { return (i >> 3) % kChunks; };
+
+  // Q rows (f32 -> bf16), row r = query r / G, head kvh * G + r % G.
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = row_of_entry(i), ch = chunk_of_entry(i);
+    const int qi = r / G;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+    if (qi < nq) {
+      const float* src = p.q + (int64_t(t0 + qi) * H + kvh * G + r % G) * D + ch * 8;
+      a = *reinterpret_cast<const float4*>(src);
+      b = *reinterpret_cast<const float4*>(src + 4);
+    }
+    *reinterpret_cast<uint4*>(qs + i * 16) =
+        make_uint4(dev::pack_bf16(a.x, a.y), dev::pack_bf16(a.z, a.w), dev::pack_bf16(b.x, b.y),
+                   dev::pack_bf16(b.z, b.w));
+  }
+
+  // pages[k]: page_of the thread's k-th row of a tile, read one tile before the copy.
+  auto read_pages = [&](int(&pages)[kIters], int tile) {
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int i = tid + k * kThreads;
+      pages[k] = i < kKeys * kChunks ? sk.page_of(p, sk.k_lo + tile * kKeys + row_of_entry(i)) : -1;
+    }
+  };
+  auto load_kv = [&](int tile, const int(&pages)[kIters]) {
+    unsigned char* kd = ks + (tile % kStages) * kTileBytes;
+    unsigned char* vd = vs + (tile % kStages) * kTileBytes;
+#pragma unroll
+    for (int k = 0; k < kIters; ++k) {
+      const int i = tid + k * kThreads;
+      if (i >= kKeys * kChunks) break;
+      const int kp = sk.k_lo + tile * kKeys + row_of_entry(i);
+      const bool ok = kp <= sk.p_last;
+      const __nv_bfloat16 *ksrc = p.k_step, *vsrc = p.v_step;
+      if (ok) sk.sources<D>(p, kp, chunk_of_entry(i) * 8, pages[k], ksrc, vsrc);
+      dev::cp_async16(kd + i * 16, ksrc, ok);
+      dev::cp_async16(vd + i * 16, vsrc, ok);
+    }
+    dev::cp_async_commit();
+  };
+
+  int pages[kIters];
+  read_pages(pages, 0);
+  load_kv(0, pages);
+  read_pages(pages, 1);  // for tile 1, loaded at tile 0
+
+  const uint32_t q_addr = dev::smem_addr(qs) + wg * 8 * kGroup;  // this warpgroup's 64 rows
+  const uint32_t k_addr = dev::smem_addr(ks), v_addr = dev::smem_addr(vs);
+  auto s_product = [&](float(&sc)[kKeys / 2], int tile) {  // sc = Q K_tile^T, issued
+    const uint32_t kt = k_addr + (tile % kStages) * kTileBytes;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      dev::wgmma_m64n64k16_ss(sc, dev::wgmma_desc(q_addr + kk * 256, 128, kGroup),
+                              dev::wgmma_desc(kt + kk * 256, 128, kGroup), kk > 0);
+    }
+    dev::wgmma_commit();
+  };
+  auto pv_product = [&](float(&o)[D / 2], const uint32_t(&pa)[kKeys / 16][4], int tile) {
+    const uint32_t vt = v_addr + (tile % kStages) * kTileBytes;
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      dev::wgmma_m64n128k16_rs(o, pa[kk], dev::wgmma_desc(vt + kk * 2 * kGroup, kGroup, 128));
+    }
+    dev::wgmma_commit();
+  };
+
+  const int g = lane >> 2, c = lane & 3;
+  const int r0 = wg * 64 + (warp & 3) * 16 + g;  // the thread's rows: r0 and r0 + 8
+  float m[2], l[2], alpha[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    m[hr] = sink_log2<G>(p, kvh, r0 + hr * 8);  // joins the max
+    l[hr] = 0.f;                                // the sink's exp is added at the end
+  }
+  float o[D / 8][4], sc[kKeys / 8][4];
+  uint32_t pa[kKeys / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kKeys / 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kKeys / 16; ++i) pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
+  auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
+  auto& sc_flat = reinterpret_cast<float(&)[kKeys / 2]>(sc);
+
+  for (int j = 0; j < num_tiles; ++j) {
+    dev::cp_async_wait<0>();        // tile j (the only copy in flight)
+    dev::fence_proxy_async_smem();  // this thread's Q and cp.async writes, for wgmma to read
+    __syncthreads();  // tile j everywhere; every warpgroup is done with tile j - 2's stage
+    if (j + 1 < num_tiles) {
+      load_kv(j + 1, pages);
+      read_pages(pages, j + 2);
+    }
+    dev::wgmma_fence_operand(sc_flat);
+    dev::wgmma_fence_operand(o_flat);
+    dev::wgmma_fence();
+    s_product(sc_flat, j);
+    if (j > 0) pv_product(o_flat, pa, j - 1);
+    if (j > 0) {
+      dev::wgmma_wait<1>();  // S_j; P V of tile j - 1 may still run
+    } else {
+      dev::wgmma_wait<0>();
+    }
+    dev::wgmma_fence_operand(sc_flat);
+    const int kb = sk.k_lo + j * kKeys;
+    if (tile_needs_mask(p, sk, kb, kKeys, nq, kQt)) mask_tile<G>(sc, p, r0, c, kb, sk.p0, nq);
+    const bool moved = softmax_scores(sc, m, l, alpha, p.scale_log2);
+    dev::wgmma_wait<0>();
+    dev::wgmma_fence_operand(o_flat);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) dev::wgmma_fence_operand(pa[kk]);
+    if (moved) rescale_o(o, alpha);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) p_fragment(pa[kk], sc, kk);
+  }
+  dev::wgmma_fence_operand(o_flat);
+  dev::wgmma_fence();
+  pv_product(o_flat, pa, num_tiles - 1);
+  dev::wgmma_wait<0>();
+  dev::wgmma_fence_operand(o_flat);
+
+  store_rows<D, G>(p, o, m, l, r0, c, kvh, t0, nq);
 }
 
 template <int D, int G, int kWarps, int kMt, int kKeys>
@@ -337,30 +572,51 @@ void launch(const Params& p, int num_tokens, cudaStream_t s) {
       <<<grid, kWarps * 32, smem_bytes<D, kRows, kKeys>(), s>>>(p);
 }
 
+template <int G, int kWg = 3>
+void launch_wgmma(const Params& p, int num_tokens, cudaStream_t s) {
+  constexpr int kSmem = (64 * kWg + 6 * 64) * 128 * 2;  // Q, and K and V in three stages
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<G, kWg>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(ceil_div(num_tokens, 64 * kWg / G) + p.num_seqs),
+                  static_cast<unsigned>(p.num_kv_heads));
+  prefill_attention_wgmma_kernel<G, kWg><<<grid, 128 * kWg, kSmem, s>>>(p);
+}
+
 template <int D, int G>
-void launch_rows(const Params& p, int num_tokens, int rows, cudaStream_t s) {
-  if (rows == 64) {
+void launch_rows(const Params& p, int num_tokens, const PrefillAttentionArgs& a, cudaStream_t s) {
+  if constexpr (D == 128) {
+    if (a.wgmma) {
+      launch_wgmma<G>(p, num_tokens, s);
+      return;
+    }
+  }
+  if (a.rows_per_block == 64) {
     launch<D, G, 4, 1, 64>(p, num_tokens, s);
   } else {
-    FLINT_CHECK(rows == 128, "prefill_attention: {} rows per block (64 or 128)", rows);
+    FLINT_CHECK(a.rows_per_block == 128, "prefill_attention: {} rows per block (64 or 128)",
+                a.rows_per_block);
     launch<D, G, 4, 2, 64>(p, num_tokens, s);
   }
 }
 
 template <int D>
-void launch_g(const Params& p, int num_tokens, int rows, cudaStream_t s) {
+void launch_g(const Params& p, int num_tokens, const PrefillAttentionArgs& a, cudaStream_t s) {
   switch (p.num_heads / p.num_kv_heads) {
     case 1:
-      launch_rows<D, 1>(p, num_tokens, rows, s);
+      launch_rows<D, 1>(p, num_tokens, a, s);
       break;
     case 2:
-      launch_rows<D, 2>(p, num_tokens, rows, s);
+      launch_rows<D, 2>(p, num_tokens, a, s);
       break;
     case 4:
-      launch_rows<D, 4>(p, num_tokens, rows, s);
+      launch_rows<D, 4>(p, num_tokens, a, s);
       break;
     case 8:
-      launch_rows<D, 8>(p, num_tokens, rows, s);
+      launch_rows<D, 8>(p, num_tokens, a, s);
       break;
     default:
       FLINT_FAIL("prefill_attention: {} query heads per kv head is not supported",
@@ -379,20 +635,23 @@ void prefill_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
               "prefill_attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
   FLINT_CHECK(!a.sliding || kv.window > 0, "prefill_attention: sliding layer without a window");
   if (num_tokens <= 0) return;
-  Params p{out, q,        k_cache,     v_cache,        k_step,           v_step,   sinks,
-           kv,  num_seqs, a.num_heads, a.num_kv_heads, a.scale * kLog2e, a.sliding};
+  const int ps = kv.page_size;
+  const int page_shift = ps > 0 && (ps & (ps - 1)) == 0 ? __builtin_ctz(unsigned(ps)) : -1;
+  const Params p{out,       q,         k_cache,  v_cache,     k_step,         v_step,
+                 sinks,     kv,        num_seqs, a.num_heads, a.num_kv_heads, a.scale * kLog2e,
+                 a.sliding, page_shift};
   switch (a.head_dim) {
     case 16:
-      launch_g<16>(p, num_tokens, a.rows_per_block, s);
+      launch_g<16>(p, num_tokens, a, s);
       break;
     case 32:
-      launch_g<32>(p, num_tokens, a.rows_per_block, s);
+      launch_g<32>(p, num_tokens, a, s);
       break;
     case 64:
-      launch_g<64>(p, num_tokens, a.rows_per_block, s);
+      launch_g<64>(p, num_tokens, a, s);
       break;
     case 128:
-      launch_g<128>(p, num_tokens, a.rows_per_block, s);
+      launch_g<128>(p, num_tokens, a, s);
       break;
     default:
       FLINT_FAIL("prefill_attention: head_dim {} is not supported (16, 32, 64, 128)", a.head_dim);

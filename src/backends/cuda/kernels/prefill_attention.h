@@ -1,4 +1,4 @@
-// Prefill attention: flash-attention style (mma.sync m16n8k16, bf16 inputs, f32 online softmax)
+// Prefill attention: flash-attention style (bf16 tensor-core products, f32 online softmax)
 // over a step's rows, with causal and sliding-window masks, GQA (the query heads of one KV head
 // share each K/V tile) and the per-head sink in the denominator. Keys before a chunk come from the
 // paged cache (full layers) or the ring (sliding layers), the chunk's own from this step's rows.
@@ -16,8 +16,12 @@ struct PrefillAttentionArgs {
   int num_heads = 0, num_kv_heads = 0;  // H / Hkv in {1, 2, 4, 8}
   int head_dim = 0;                     // 16, 32, 64 or 128
   float scale = 0.0f;
-  bool sliding = false;      // sliding: keys max(0, p - window + 1) .. p; full: 0 .. p
-  int rows_per_block = 128;  // (query, head) rows sharing each K/V tile: 64 or 128
+  bool sliding = false;  // sliding: keys max(0, p - window + 1) .. p; full: 0 .. p
+  // head_dim 128: the Hopper kernel (wgmma, 192 rows per block). false, or another head_dim: the
+  // mma.sync kernel with rows_per_block (query, head) rows sharing each K/V tile, 64 or 128 (tests
+  // and prefill_attention_bench run both kernels).
+  bool wgmma = true;
+  int rows_per_block = 128;
 };
 
 // out[t, h*D:(h+1)*D] = sum_j P[h, t, j] v[j] with the sink softmax of spec 2.3 step 6.
