@@ -3,8 +3,9 @@
 // earlier keys sit in the paged cache (full layer) or the ring (sliding layer, window 513), for the
 // Hopper (wgmma) kernel and the mma.sync kernel. Prints a markdown table: the median ms per call
 // (events around each of 5 calls after a warm-up call), TFLOP/s (4 * head_dim flops per (query
-// head, key) pair a query sees) and the largest difference between the two kernels' outputs. Usage:
-// prefill_attention_bench [context...]   (default: 8192 102400; chunk 8192 or the context)
+// head, key) pair a query sees) and the largest difference between the two kernels' outputs
+// (nan if either has a non-finite value).
+// Usage: prefill_attention_bench [context...]   (default: 8192 102400; chunk 8192 or the context)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -125,8 +126,12 @@ void run(int64_t context) {
     std::vector<float> o0(q.size()), o1(q.size());
     FLINT_CUDA_CHECK(cudaMemcpy(o0.data(), dout[0], q.size() * 4, cudaMemcpyDeviceToHost));
     FLINT_CUDA_CHECK(cudaMemcpy(o1.data(), dout[1], q.size() * 4, cudaMemcpyDeviceToHost));
-    double diff = 0;
-    for (size_t i = 0; i < o0.size(); ++i) diff = std::max(diff, double(std::fabs(o0[i] - o1[i])));
+    double diff = 0;  // NaN when either output has a non-finite value
+    for (size_t i = 0; i < o0.size(); ++i) {
+      const double d = std::fabs(double(o0[i]) - double(o1[i]));
+      diff = std::isfinite(d) ? std::max(diff, d) : NAN;
+      if (!std::isfinite(d)) break;
+    }
     const double flop = 4.0 * kHeadDim * pairs(context, chunk, sliding);
     fmt::print("| {} | {} | {} | {:.3f} | {:.0f} | {:.3f} | {:.0f} | {:.2f} | {:.2e} |\n",
                sliding ? "sliding" : "full", context, chunk, ms[0], flop / ms[0] * 1e-9, ms[1],
