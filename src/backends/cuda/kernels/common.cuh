@@ -64,6 +64,18 @@ inline int device_sm_count() {
   return n;
 }
 
+// Whether the current device is compute capability 9.x (Hopper), where the build's sm_90a code
+// (wgmma) runs; read once.
+inline bool device_is_sm90() {
+  static const bool hopper = [] {
+    int dev = 0, major = 0;
+    FLINT_CUDA_CHECK(cudaGetDevice(&dev));
+    FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    return major == 9;
+  }();
+  return hopper;
+}
+
 }  // namespace flint::cuda
 
 namespace flint::cuda::dev {

@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/mma.cuh"
 #include "backends/cuda/kernels/prefill_attention.h"
 #include "backends/cuda/kernels/wgmma.cuh"
@@ -407,6 +408,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
 // LBO one 8-key group).
 template <int G, int kWg>
 __global__ void __launch_bounds__(128 * kWg, 1) prefill_attention_wgmma_kernel(const Params p) {
+#if FLINT_WGMMA  // sm_90a only; launched only there (launch_rows)
   constexpr int D = 128, kRows = 64 * kWg, kKeys = 64, kThreads = 128 * kWg, kStages = 3;
   constexpr int kQt = kRows / G;
   constexpr int kChunks = D / 8;              // 16-byte chunks of a row
@@ -553,6 +555,9 @@ __global__ void __launch_bounds__(128 * kWg, 1) prefill_attention_wgmma_kernel(c
   dev::wgmma_fence_operand(o_flat);
 
   store_rows<D, G>(p, o, m, l, r0, c, kvh, t0, nq);
+#else
+  __trap();
+#endif
 }
 
 template <int D, int G, int kWarps, int kMt, int kKeys>
@@ -589,7 +594,7 @@ void launch_wgmma(const Params& p, int num_tokens, cudaStream_t s) {
 template <int D, int G>
 void launch_rows(const Params& p, int num_tokens, const PrefillAttentionArgs& a, cudaStream_t s) {
   if constexpr (D == 128) {
-    if (a.wgmma) {
+    if (a.wgmma && device_is_sm90()) {
       launch_wgmma<G>(p, num_tokens, s);
       return;
     }

@@ -17,9 +17,9 @@ struct PrefillAttentionArgs {
   int head_dim = 0;                     // 16, 32, 64 or 128
   float scale = 0.0f;
   bool sliding = false;  // sliding: keys max(0, p - window + 1) .. p; full: 0 .. p
-  // head_dim 128: the Hopper kernel (wgmma, 192 rows per block). false, or another head_dim: the
-  // mma.sync kernel with rows_per_block (query, head) rows sharing each K/V tile, 64 or 128 (tests
-  // and prefill_attention_bench run both kernels).
+  // head_dim 128 on compute capability 9.x: the Hopper kernel (wgmma, 192 rows per block). false,
+  // another head_dim or another GPU: the mma.sync kernel with rows_per_block (query, head) rows
+  // sharing each K/V tile, 64 or 128 (tests and prefill_attention_bench run both kernels).
   bool wgmma = true;
   int rows_per_block = 128;
 };

@@ -5,10 +5,19 @@
 // K-major (the reduction dimension contiguous): LBO is the step between core matrices along K, SBO
 // the step between 8-row groups along M/N. MN-major (imm-trans 1): SBO is the step between 8-column
 // groups along M/N, LBO the step between 8-row groups along K.
+// wgmma exists only in code compiled for sm_90a: FLINT_WGMMA is 1 there (device passes) and 0 in
+// every other pass, where the helpers trap; callers launch their wgmma kernels only on devices of
+// compute capability 9.0 (the build targets 90a there, CMakeLists.txt).
 // Test: tests/kernels/prefill_attention_test.cpp (through the attention kernel)
 #pragma once
 
 #include <cstdint>
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLINT_WGMMA 1
+#else
+#define FLINT_WGMMA 0
+#endif
 
 namespace flint::cuda::dev {
 
@@ -20,20 +29,36 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr, uint32_t lbo, uint
 // Before the first wgmma of a batch: orders this thread's earlier register writes (accumulators,
 // A fragments) before the warpgroup's MMAs read them.
 __device__ __forceinline__ void wgmma_fence() {
+#if FLINT_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
 }
 __device__ __forceinline__ void wgmma_commit() {
+#if FLINT_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
 }
 // Waits until at most N committed batches of this warpgroup are still in flight.
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
+#if FLINT_WGMMA
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#else
+  __trap();
+#endif
 }
 // Shared memory written by ordinary stores or cp.async must be made visible to the async proxy
 // (which wgmma reads through) by its writers, before the barrier that publishes it.
 __device__ __forceinline__ void fence_proxy_async_smem() {
+#if FLINT_WGMMA
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
 }
 // Keeps the compiler from moving reads or writes of `r` across this point: accumulators an
 // asynchronous wgmma still owns must not be touched before wgmma_wait.
@@ -53,6 +78,7 @@ __device__ __forceinline__ void wgmma_fence_operand(uint32_t (&r)[N]) {
 // eight n8 tiles). accumulate == false overwrites d.
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                                    bool accumulate) {
+#if FLINT_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16\n"
@@ -65,12 +91,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
         "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+#else
+  __trap();
+#endif
 }
 
 // d += A B, m64n128k16: A (64 x 16) from registers (4 bf16x2 per thread in the mma.sync m16n8k16
 // A layout, warp w holding rows 16w..16w+15), B (16 x 128) from shared memory MN-major; d: 64 f32.
 __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32_t (&a)[4],
                                                     uint64_t desc_b) {
+#if FLINT_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
@@ -90,6 +120,9 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const uint32
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+#else
+  __trap();
+#endif
 }
 
 }  // namespace flint::cuda::dev
