@@ -405,7 +405,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
 // 16-byte chunk ch at ((r / 8) * (D / 8) + ch) * 128 + (r % 8) * 16 bytes, so that 8 consecutive
 // threads of a copy fill one 128-byte core matrix. That layout is K-major for Q and K (LBO 128
 // between 16-byte chunks, SBO one 8-row group) and MN-major for V (SBO 128 between 8-dim groups,
-// LBO one 8-key group).
+// LBO one 8-key group). kWg is 3 (launch_wgmma; 168 registers): two warpgroups at two blocks per
+// SM get 128 registers, at which ptxas serialises the wgmma, and two at one block per SM were
+// slower (last 8K rows of a 100K prompt: 65.3 against 47.9 ms; H200, thirtieth session).
 template <int G, int kWg>
 __global__ void __launch_bounds__(128 * kWg, 1) prefill_attention_wgmma_kernel(const Params p) {
 #if FLINT_WGMMA  // sm_90a only; launched only there (launch_rows)
