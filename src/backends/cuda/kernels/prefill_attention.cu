@@ -87,6 +87,8 @@ struct SeqKeys {
     k_lo = p.sliding ? max(0, p0 - p.kv.window + 1) : 0;
     ring = p.sliding ? p.kv.ring_ids[seq] : 0;
   }
+  // Tiles of `keys` keys from k_lo to p_last.
+  __device__ __forceinline__ int num_tiles(int keys) const { return (p_last - k_lo + keys) / keys; }
   // The paged-cache page holding key kp (a full layer's key before the chunk, kp <= p_last), or -1
   // for keys read from elsewhere: a global load that callers may issue ahead of its use.
   __device__ __forceinline__ int page_of(const Params& p, int kp) const {
@@ -253,7 +255,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
   if (br.seq < 0) return;
   const int t0 = br.t0, nq = br.nq;
   const SeqKeys sk(p, br.seq, t0, nq, kvh);
-  const int num_tiles = (sk.p_last - sk.k_lo + kKeys) / kKeys;
+  const int num_tiles = sk.num_tiles(kKeys);
   const int H = p.num_heads;
 
   // Q rows (f32 -> bf16 in shared memory), row r = query r / G, head kvh * G + r % G.
@@ -394,6 +396,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
   }
 }
 
+// The wgmma kernel's K/V tiles: keys per tile, tiles in shared memory at once.
+constexpr int kWgKeys = 64, kWgStages = 3;
+
+// Its shared memory: Q (64 rows per warpgroup, head_dim 128) and kWgStages K and V tiles, bf16.
+template <int kWg>
+constexpr int wgmma_smem_bytes() {
+  return (64 * kWg + 2 * kWgStages * kWgKeys) * 128 * 2;
+}
+
 // The Hopper kernel for head_dim 128: kWg warpgroups of 64 (query, head) rows each, one block per
 // SM. S = Q K^T is one wgmma m64n64k16 per 16 dims with Q and K read from shared memory, O += P V
 // one m64n128k16 per 16 keys with P from registers and V read from shared memory (MN-major), so
@@ -411,7 +422,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
 template <int G, int kWg>
 __global__ void __launch_bounds__(128 * kWg, 1) prefill_attention_wgmma_kernel(const Params p) {
 #if FLINT_WGMMA  // sm_90a only; launched only there (launch_rows)
-  constexpr int D = 128, kRows = 64 * kWg, kKeys = 64, kThreads = 128 * kWg, kStages = 3;
+  constexpr int D = 128, kRows = 64 * kWg, kKeys = kWgKeys, kThreads = 128 * kWg;
+  constexpr int kStages = kWgStages;
   constexpr int kQt = kRows / G;
   constexpr int kChunks = D / 8;              // 16-byte chunks of a row
   constexpr uint32_t kGroup = kChunks * 128;  // bytes of one 8-row group
@@ -428,7 +440,7 @@ __global__ void __launch_bounds__(128 * kWg, 1) prefill_attention_wgmma_kernel(c
   if (br.seq < 0) return;
   const int t0 = br.t0, nq = br.nq;
   const SeqKeys sk(p, br.seq, t0, nq, kvh);
-  const int num_tiles = (sk.p_last - sk.k_lo + kKeys) / kKeys;
+  const int num_tiles = sk.num_tiles(kKeys);
   const int H = p.num_heads;
 
   // Entry i of the core-matrix order is row (i / (8 * kChunks)) * 8 + i % 8, chunk (i / 8) %
@@ -581,7 +593,7 @@ void launch(const Params& p, int num_tokens, cudaStream_t s) {
 
 template <int G, int kWg = 3>
 void launch_wgmma(const Params& p, int num_tokens, cudaStream_t s) {
-  constexpr int kSmem = (64 * kWg + 6 * 64) * 128 * 2;  // Q, and K and V in three stages
+  constexpr int kSmem = wgmma_smem_bytes<kWg>();
   static const bool configured = [] {
     FLINT_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_wgmma_kernel<G, kWg>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
