@@ -121,10 +121,15 @@ TEST(PrefillAttention, MatchesCpuAttention) {
   FLINT_REQUIRE_GPU();
   const std::vector<std::pair<int, int>> mix = {{0, 70}, {30, 1}, {600, 130}, {5, 17}, {0, 1}};
   const std::vector<AttnCase> cases = {
-      {2, 2, 16, 1, mix},          {4, 2, 64, 2, mix},
-      {8, 1, 128, 5, mix},         {32, 4, 128, 513, mix},
-      {4, 1, 32, 513, {{0, 700}}}, {8, 2, 128, 513, {{520, 200}, {0, 3}}},
-      {4, 4, 128, 2, mix},         {8, 4, 128, 513, {{0, 385}, {64, 64}, {1000, 2}}}};
+      {2, 2, 16, 1, mix},
+      {4, 2, 64, 2, mix},
+      {8, 1, 128, 5, mix},
+      {32, 4, 128, 513, mix},
+      {4, 1, 32, 513, {{0, 700}}},
+      {8, 2, 128, 513, {{520, 200}, {0, 3}}},
+      {4, 4, 128, 2, mix},
+      {8, 4, 128, 513, {{0, 385}, {64, 64}, {1000, 2}}},
+      {32, 4, 128, 513, {{300, 90}, {77, 1}}, 12}};  // pages of 12 keys: not a power of two
   for (const AttnCase& c : cases) {
     for (int64_t layer : {0, 1}) {
       check_case(c, layer, 64, false);
@@ -132,6 +137,38 @@ TEST(PrefillAttention, MatchesCpuAttention) {
       if (c.head_dim == 128) check_case(c, layer, 128, true);  // the wgmma kernel
     }
   }
+}
+
+// Shapes the kernels do not serve are refused before anything is launched (no GPU needed).
+TEST(PrefillAttention, RefusesUnsupportedShapes) {
+  TokenKv kv;
+  kv.page_size = 16;
+  kv.window = 513;
+  auto call = [&](PrefillAttentionArgs a, const TokenKv& k) {
+    prefill_attention(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, k, 1, 1, a,
+                      nullptr);
+  };
+  const PrefillAttentionArgs ok{32, 4, 128, 0.088f, false};
+  PrefillAttentionArgs a = ok;
+  a.num_heads = 30;
+  EXPECT_DEATH(call(a, kv), "30 heads over 4 kv heads");
+  a = ok;
+  a.num_heads = 12;  // 3 query heads per kv head
+  EXPECT_DEATH(call(a, kv), "3 query heads per kv head is not supported");
+  a = ok;
+  a.head_dim = 96;
+  EXPECT_DEATH(call(a, kv), "head_dim 96 is not supported");
+  a = ok;
+  a.rows_per_block = 32;  // refused even where the wgmma kernel, which ignores it, would run
+  EXPECT_DEATH(call(a, kv), "32 rows per block");
+  TokenKv bad = kv;
+  bad.page_size = 0;
+  EXPECT_DEATH(call(ok, bad), "full layer with 0-key pages");
+  bad = kv;
+  bad.window = 0;
+  a = ok;
+  a.sliding = true;
+  EXPECT_DEATH(call(a, bad), "sliding layer without a window");
 }
 
 }  // namespace

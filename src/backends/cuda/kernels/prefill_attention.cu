@@ -616,8 +616,6 @@ void launch_rows(const Params& p, int num_tokens, const PrefillAttentionArgs& a,
   if (a.rows_per_block == 64) {
     launch<D, G, 4, 1, 64>(p, num_tokens, s);
   } else {
-    FLINT_CHECK(a.rows_per_block == 128, "prefill_attention: {} rows per block (64 or 128)",
-                a.rows_per_block);
     launch<D, G, 4, 2, 64>(p, num_tokens, s);
   }
 }
@@ -653,6 +651,10 @@ void prefill_attention(float* out, const float* q, const __nv_bfloat16* k_cache,
   FLINT_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0,
               "prefill_attention: {} heads over {} kv heads", a.num_heads, a.num_kv_heads);
   FLINT_CHECK(!a.sliding || kv.window > 0, "prefill_attention: sliding layer without a window");
+  FLINT_CHECK(a.sliding || kv.page_size > 0, "prefill_attention: full layer with {}-key pages",
+              kv.page_size);
+  FLINT_CHECK(a.rows_per_block == 64 || a.rows_per_block == 128,
+              "prefill_attention: {} rows per block (64 or 128)", a.rows_per_block);
   if (num_tokens <= 0) return;
   const int ps = kv.page_size;
   const int page_shift = ps > 0 && (ps & (ps - 1)) == 0 ? __builtin_ctz(unsigned(ps)) : -1;
