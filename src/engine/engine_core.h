@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -111,7 +112,10 @@ class EngineCore {
   };
   EngineCore() = default;
   std::vector<Scheduled> schedule();
-  bool try_admit(Sequence* seq, int* budget, std::vector<Scheduled>* out);
+  // Admits seq with its longest reusable cached prefix; `live`: rings of running sequences usable
+  // as snapshots (KvManager::lookup).
+  bool try_admit(Sequence* seq, std::span<const KvManager::LiveRing> live, int* budget,
+                 std::vector<Scheduled>* out);
   int clamp_chunk(const Sequence& seq, int num_new) const;
   bool grow_pages(Sequence* seq, int num_tokens);
   void preempt(Sequence* seq);

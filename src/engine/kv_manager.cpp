@@ -126,7 +126,8 @@ void KvManager::touch_snapshot(uint64_t hash) {
   snapshot_lru_it_[ring] = snapshot_lru_.insert(snapshot_lru_.end(), ring);
 }
 
-KvManager::PrefixHit KvManager::lookup(std::span<const int32_t> tokens, int max_blocks) {
+KvManager::PrefixHit KvManager::lookup(std::span<const int32_t> tokens, int max_blocks,
+                                       std::span<const LiveRing> live) {
   PrefixHit hit;
   if (!enable_prefix_caching_) return hit;
   max_blocks = std::min<int>(max_blocks, static_cast<int>(tokens.size()) / page_size_);
@@ -150,6 +151,16 @@ KvManager::PrefixHit KvManager::lookup(std::span<const int32_t> tokens, int max_
       touch_snapshot(h);
     }
     parent = h;
+  }
+  if (needs_ring_snapshots_) {
+    // A live ring past the last snapshot: checked once per running sequence, not once per block.
+    for (const LiveRing& r : live) {
+      if (r.block_idx >= usable && r.block_idx < static_cast<int>(chain.size()) &&
+          chain[r.block_idx] == r.page) {
+        usable = r.block_idx + 1;
+        snapshot = r.ring;
+      }
+    }
   }
   hit.num_chain_tokens = static_cast<int>(chain.size()) * page_size_;
   chain.resize(usable);

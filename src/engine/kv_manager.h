@@ -60,9 +60,18 @@ class KvManager {
     int num_tokens = 0;          // pages.size() * page_size
     int num_chain_tokens = 0;    // tokens of cached full blocks matched (>= num_tokens)
   };
+  // A running sequence computed exactly to the end of its block `block_idx`: its ring holds the
+  // sliding state there, as a snapshot of that block would.
+  struct LiveRing {
+    int block_idx;
+    int32_t page;  // the sequence's page of block `block_idx`
+    int32_t ring;
+  };
   // Longest reusable cached prefix of `tokens`, at most `max_blocks` full blocks. With sliding
-  // layers a prefix is reusable only up to a block boundary that has a ring snapshot.
-  PrefixHit lookup(std::span<const int32_t> tokens, int max_blocks);
+  // layers a prefix is reusable only up to a block boundary that has a ring snapshot, or a live
+  // ring whose page is the cached page of that block (same page, same prefix: the hash chain).
+  PrefixHit lookup(std::span<const int32_t> tokens, int max_blocks,
+                   std::span<const LiveRing> live = {});
   // Records that `page` holds full block `block_idx` of `tokens` (all of its tokens computed).
   // `chain`: the hashes of blocks 0..block_idx at least (block_hashes / BlockHashChain).
   void register_block(std::span<const int32_t> tokens, int block_idx, int32_t page,

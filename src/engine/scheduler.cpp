@@ -41,7 +41,8 @@ void EngineCore::preempt(Sequence* seq) {
   ++counters_.num_preemptions;
 }
 
-bool EngineCore::try_admit(Sequence* seq, int* budget, std::vector<Scheduled>* out) {
+bool EngineCore::try_admit(Sequence* seq, std::span<const KvManager::LiveRing> live, int* budget,
+                           std::vector<Scheduled>* out) {
   std::optional<int32_t> ring = kv_->allocate_ring();
   if (!ring) return false;
   RequestState* req = seq->req;
@@ -51,7 +52,7 @@ bool EngineCore::try_admit(Sequence* seq, int* budget, std::vector<Scheduled>* o
                                      req->prompt_logprobs_done < seq->num_prompt;
   if (config_.enable_prefix_caching && !wants_prompt_logprobs) {
     // At least one token must be computed to produce logits, hence (num_tokens - 1).
-    hit = kv_->lookup(seq->tokens, (num_tokens - 1) / config_.page_size);
+    hit = kv_->lookup(seq->tokens, (num_tokens - 1) / config_.page_size, live);
   }
   if (hit.num_chain_tokens > hit.num_tokens) {
     // The full-layer pages match further than any sliding snapshot: snapshot this sequence's ring
@@ -92,6 +93,7 @@ bool EngineCore::try_admit(Sequence* seq, int* budget, std::vector<Scheduled>* o
 }
 
 std::vector<EngineCore::Scheduled> EngineCore::schedule() {
+  FLINT_CHECK(!inflight_, "engine: scheduling with a step in flight");
   std::vector<Scheduled> out;
   int budget = config_.max_num_batched_tokens;
   bool preempted = false;
@@ -118,10 +120,34 @@ std::vector<EngineCore::Scheduled> EngineCore::schedule() {
     ++i;
   }
   if (!preempted) {
+    // With sliding layers a cached prefix is reusable only up to a ring snapshot, and a sequence
+    // snapshots only at its prompt's end: a request arriving while another with its prefix is in
+    // prefill would recompute all of it. A running sequence computed exactly to a block end holds
+    // that block's sliding state in its ring, and lookup copies it as it would a snapshot. Sound
+    // because (a) nothing is in flight here: step() schedules only with inflight_ empty (checked
+    // above), i.e. every launch, a queued decode step included, has been waited for and processed;
+    // (b) copy_ring has completed when it returns (CPU: memmove; CUDA: on the step stream, then
+    // synchronized), before this step's forward writes the source ring, and nothing below
+    // preempts or frees a running sequence (preemption happens above, and then nothing is
+    // admitted); (c) so a running sequence's ring holds exactly the K/V of its positions
+    // < num_computed, in prefill as in decode: process_results counts a step's tokens once it has
+    // run, and a queued row of a sequence that finished meanwhile is dropped with the sequence and
+    // its ring. Sequences admitted below are not listed: their ring is a copy of a listed one or a
+    // snapshot.
+    std::vector<KvManager::LiveRing> live;
+    if (has_sliding_ && config_.enable_prefix_caching && !waiting_.empty()) {
+      const int page = config_.page_size;
+      for (const Sequence* r : running_) {
+        if (r->num_computed > 0 && r->num_computed % page == 0) {
+          const int b = r->num_computed / page - 1;
+          live.push_back({b, r->pages[b], r->ring});
+        }
+      }
+    }
     while (!waiting_.empty() && budget > 0 &&
            static_cast<int>(running_.size()) < config_.max_num_seqs) {
       Sequence* seq = waiting_.front();
-      if (!try_admit(seq, &budget, &out)) break;
+      if (!try_admit(seq, live, &budget, &out)) break;
       waiting_.pop_front();
     }
   }

@@ -206,6 +206,48 @@ TEST(EngineAsyncScheduling, ARequestWaitingForASlotDoesNotStopTheQueue) {
   EXPECT_EQ(async.toy->num_chained, 11 + 6);
 }
 
+// Requests admitted from a running sequence's ring (KvManager::LiveRing): "b" while "a" is in
+// prefill, at the block end "a" has computed to; "c", whose prompt is a's prompt and first output
+// tokens, while "a" decodes with steps queued. Admission waits for the queue to drain, so the ring
+// holds exactly what "a" has computed: outputs as the waiting engine's, and the reference.
+TEST(EngineAsyncScheduling, AdmissionFromARunningSequencesRingGivesTheOutputsOfWaiting) {
+  const auto mc = config();
+  ChainHarness async = make_harness(mc, true);
+  ChainHarness sync = make_harness(mc, false);
+  const std::vector<int32_t> prefix = make_prompt(70, 61);
+  std::vector<int32_t> a = prefix, b = prefix;
+  const std::vector<int32_t> a_tail = make_prompt(9, 62), b_tail = make_prompt(5, 63);
+  a.insert(a.end(), a_tail.begin(), a_tail.end());  // 79 tokens
+  b.insert(b.end(), b_tail.begin(), b_tail.end());  // 75 tokens
+  SamplingParams p = greedy(16);
+  p.ignore_eos = true;
+  const std::vector<int32_t> a_out = toy_greedy(mc, a, 16);
+  std::vector<int32_t> c = a;
+  c.insert(c.end(), a_out.begin(), a_out.begin() + 4);
+  for (ChainHarness* h : {&async, &sync}) {
+    SCOPED_TRACE(h == &async ? "async" : "sync");
+    ASSERT_TRUE(h->add("a", a, p));
+    h->core->step();  // 32 of a's 79 tokens
+    ASSERT_TRUE(h->add("b", b, greedy(6)));
+    // a computes 64, then 64 -> 76 (its snapshot boundary) beside b, which reuses a's 64; then
+    // 76 -> 79 samples a's token 1. With steps queued, the one computing position 79 (token 2) is
+    // in flight when token 1 is recorded, and c's arrival stops the queue behind it: either way c
+    // is admitted with a at 80 tokens, a block end past a's snapshot at 76.
+    const size_t tokens_seen = h == &async ? 1 : 2;
+    while (h->results["a"].tokens[0].size() < tokens_seen) h->core->step();
+    ASSERT_TRUE(h->add("c", c, greedy(6)));
+    h->run();
+    EXPECT_EQ(h->results.at("b").outputs.front().num_cached_tokens, 64);
+    EXPECT_EQ(h->results.at("c").outputs.front().num_cached_tokens, 80);
+  }
+  expect_same_outputs(async, sync);
+  EXPECT_EQ(async.results.at("a").tokens.at(0), a_out);
+  EXPECT_EQ(async.results.at("b").tokens.at(0), toy_greedy(mc, b, 6));
+  EXPECT_EQ(async.results.at("c").tokens.at(0), toy_greedy(mc, c, 6));
+  EXPECT_GT(async.toy->num_chained, 0);
+  EXPECT_EQ(async.core->kv().num_used_pages(), 0);
+}
+
 TEST(EngineAsyncScheduling, AbortWithAStepQueuedDropsItsRowsOnly) {
   const auto mc = config();
   ChainHarness async = make_harness(mc, true);

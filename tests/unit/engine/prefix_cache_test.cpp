@@ -119,6 +119,66 @@ TEST(PrefixCache, ConcurrentSharedPrefixIsExact) {
   }
 }
 
+// A request arriving while another with its prefix is still in prefill: the first has no snapshot
+// yet (its only one comes at its prompt's end), but its ring holds the sliding state of the block
+// it has computed to, and the second starts from there instead of recomputing the prefix.
+TEST(PrefixCache, ArrivalDuringASharedPrefillStartsFromTheRunningSequencesRing) {
+  auto mc = hybrid_config();
+  Harness h = Harness::make(mc, cache_engine(true));
+  const auto ps = prompts();
+  ASSERT_TRUE(h.add("first", ps[0], greedy_lp(10)));  // 107 tokens, 24 a step
+  h.core->step();
+  h.core->step();
+  ASSERT_TRUE(h.add("second", ps[1], greedy_lp(10)));  // the same 100-token prefix, 110 tokens
+  // "second" finds no room until the fifth step, where "first" computes 96 -> 104 (its snapshot
+  // boundary) and leaves room: "second" reuses the 96 tokens "first" has computed.
+  h.core->step();
+  h.core->step();
+  EXPECT_EQ(h.core->kv().num_snapshots(), 0);
+  h.core->step();
+  const model::StepInput& s = h.core->last_step();
+  ASSERT_EQ(s.num_seqs(), 2);
+  EXPECT_EQ(s.seq_lens[0], 104);
+  EXPECT_EQ(s.positions[s.query_start_loc[1]], 96);
+  h.run();
+  EXPECT_EQ(h.results["first"].outputs.front().num_cached_tokens, 0);
+  EXPECT_EQ(h.results["second"].outputs.front().num_cached_tokens, 96);
+  expect_matches_reference(mc, ps[0], h.results["first"]);
+  expect_matches_reference(mc, ps[1], h.results["second"]);
+  EXPECT_EQ(h.core->stats().num_pages_used, 0);
+}
+
+// The running sequence's ring is used only when it has computed exactly to a block end: "first",
+// chunked beside a decoding request, is at 82 tokens when "second" is admitted, and "second"
+// stops at the last real snapshot (36, left by "warm") though 80 tokens of its prefix are cached.
+TEST(PrefixCache, RunningSequenceBetweenBlockEndsIsNotUsedAsASnapshot) {
+  auto mc = hybrid_config();
+  Harness h = Harness::make(mc, cache_engine(true));
+  const auto ps = prompts();
+  const std::vector<int32_t> warm(ps[0].begin(), ps[0].begin() + 38);  // snapshot at 36
+  ASSERT_TRUE(h.add("warm", warm, greedy_lp(2)));
+  h.run();
+  ASSERT_EQ(h.core->kv().num_snapshots(), 1);
+  SamplingParams decoding;
+  decoding.temperature = 0.0f;
+  decoding.max_tokens = 30;
+  decoding.ignore_eos = true;
+  ASSERT_TRUE(h.add("decoding", make_prompt(4, 9), decoding));
+  h.core->step();  // its prompt and first token; then one token a step
+  ASSERT_TRUE(h.add("first", ps[0], greedy_lp(10)));
+  ASSERT_TRUE(h.add("second", ps[1], greedy_lp(10)));
+  // "first" reuses 36 and computes 23 a step: 59, 82, then 82 -> 104 (its snapshot boundary)
+  // leaves one token of room, and "second" is admitted beside it.
+  for (int i = 0; i < 3; ++i) h.core->step();
+  EXPECT_EQ(h.core->last_step().seq_lens, (std::vector<int32_t>{7, 104, 37}));
+  h.run();
+  EXPECT_EQ(h.results["first"].outputs.front().num_cached_tokens, 36);
+  EXPECT_EQ(h.results["second"].outputs.front().num_cached_tokens, 36);
+  expect_matches_reference(mc, ps[0], h.results["first"]);
+  expect_matches_reference(mc, ps[1], h.results["second"]);
+  EXPECT_EQ(h.results["decoding"].tokens.at(0).size(), 30u);
+}
+
 TEST(PrefixCache, EvictsLeastRecentlyUsedBlocksUnderPressure) {
   auto mc = hybrid_config();
   EngineConfig ec = cache_engine(true);
