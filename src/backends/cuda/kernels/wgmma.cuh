@@ -1,5 +1,6 @@
 // Hopper warpgroup MMA (wgmma.mma_async) helpers for the prefill attention kernel: shared-memory
-// matrix descriptors (no swizzle), the two shapes it issues, and the fences and waits around them.
+// matrix descriptors (no swizzle), the two shapes it issues, the fences and waits around them, and
+// what its warp specialization uses (mbarriers, setmaxnreg, named barriers).
 // The 128 threads of a warpgroup issue each wgmma together. Layout rules (PTX ISA, "Shared Memory
 // Matrix Layout"): an operand is built of 8 x 16-byte core matrices, each 128 contiguous bytes.
 // K-major (the reduction dimension contiguous): LBO is the step between core matrices along K, SBO
@@ -60,6 +61,64 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   __trap();
 #endif
 }
+// Shared-memory barriers (mbarrier) of a warp-specialized kernel: a producer's arrivals publish
+// a stage, consumers' arrivals free it. `bar` is the shared address of an 8-byte barrier.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+#if FLINT_WGMMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#else
+  __trap();
+#endif
+}
+// One arrival (release at CTA scope: this thread's earlier writes are seen by the waiters).
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if FLINT_WGMMA
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// Waits until the barrier's phase of parity `parity` has completed (acquire at CTA scope).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if FLINT_WGMMA
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+#else
+  __trap();
+#endif
+}
+// The warpgroup's register budget: lowered by a producer, raised by consumers (every thread of
+// the warpgroup executes it; N a multiple of 8 in 24..256).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if FLINT_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#else
+  __trap();
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if FLINT_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#else
+  __trap();
+#endif
+}
+// A barrier of `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+// __syncthreads').
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Keeps the compiler from moving reads or writes of `r` across this point: accumulators an
 // asynchronous wgmma still owns must not be touched before wgmma_wait.
 template <int N>
