@@ -116,7 +116,8 @@ class EngineCore {
   // as snapshots (KvManager::lookup).
   bool try_admit(Sequence* seq, std::span<const KvManager::LiveRing> live, int* budget,
                  std::vector<Scheduled>* out);
-  int clamp_chunk(const Sequence& seq, int num_new) const;
+  // num_new tokens from position `from`, cut at seq's next snapshot boundary past `from`.
+  int clamp_chunk(const Sequence& seq, int from, int num_new) const;
   bool grow_pages(Sequence* seq, int num_tokens);
   void preempt(Sequence* seq);
   void release_kv(Sequence* seq);

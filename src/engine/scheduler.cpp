@@ -11,11 +11,11 @@
 
 namespace flint::engine {
 
-int EngineCore::clamp_chunk(const Sequence& seq, int num_new) const {
+int EngineCore::clamp_chunk(const Sequence& seq, int from, int num_new) const {
   // Stop a prefill chunk at the next snapshot boundary so the ring can be copied exactly there.
   if (!config_.enable_prefix_caching || !has_sliding_) return num_new;
   for (int b : seq.snapshot_boundaries)
-    if (b > seq.num_computed) return std::min(num_new, b - seq.num_computed);
+    if (b > from) return std::min(num_new, b - from);
   return num_new;
 }
 
@@ -63,7 +63,9 @@ bool EngineCore::try_admit(Sequence* seq, std::span<const KvManager::LiveRing> l
       std::sort(bs.begin(), bs.end());
     }
   }
-  const int num_new = clamp_chunk(*seq, std::min(num_tokens - hit.num_tokens, *budget));
+  // The chunk starts where the hit ends (seq->num_computed is set to it below).
+  const int num_new =
+      clamp_chunk(*seq, hit.num_tokens, std::min(num_tokens - hit.num_tokens, *budget));
   const int64_t need = (hit.num_tokens + num_new + config_.page_size - 1) / config_.page_size -
                        static_cast<int64_t>(hit.pages.size());
   if (kv_->num_allocatable_pages() < need) {
@@ -100,7 +102,7 @@ std::vector<EngineCore::Scheduled> EngineCore::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     const int remaining = static_cast<int>(seq->tokens.size()) - seq->num_computed;
-    const int num_new = clamp_chunk(*seq, std::min(remaining, budget));
+    const int num_new = clamp_chunk(*seq, seq->num_computed, std::min(remaining, budget));
     const int64_t need = (seq->num_computed + num_new + config_.page_size - 1) / config_.page_size -
                          static_cast<int64_t>(seq->pages.size());
     bool self_preempted = false;

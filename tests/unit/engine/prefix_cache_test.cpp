@@ -179,6 +179,32 @@ TEST(PrefixCache, RunningSequenceBetweenBlockEndsIsNotUsedAsASnapshot) {
   EXPECT_EQ(h.results["decoding"].tokens.at(0).size(), 30u);
 }
 
+// A request admitted with a cache hit still stops its first chunk at its own snapshot boundaries
+// past the hit: "tail" reuses the prefix's snapshot at 96 and computes 96 -> 100 (its full-block
+// match), 100 -> 108 (its prompt's last block end), 108 -> 110, leaving snapshots at 100 and 108.
+// Its first chunk used to be cut at the boundaries past 0 instead, and ran 96 -> 110 past both.
+TEST(PrefixCache, AdmissionWithAHitStopsAtItsOwnSnapshotBoundaries) {
+  auto mc = hybrid_config();
+  Harness h = Harness::make(mc, cache_engine(true));
+  const auto ps = prompts();
+  ASSERT_TRUE(h.add("prefix", ps[4], greedy_lp(10)));  // 100 tokens: a snapshot at 96
+  h.run();
+  ASSERT_EQ(h.core->kv().num_snapshots(), 1);
+  ASSERT_TRUE(h.add("tail", ps[1], greedy_lp(10)));  // the prefix and 10 more tokens
+  h.core->step();
+  EXPECT_EQ(h.core->last_step().positions.front(), 96);
+  EXPECT_EQ(h.core->last_step().seq_lens, (std::vector<int32_t>{100}));
+  h.run();
+  EXPECT_EQ(h.core->kv().num_snapshots(), 3);
+  ASSERT_TRUE(h.add("again", ps[1], greedy_lp(10)));
+  h.run();
+  EXPECT_EQ(h.results["tail"].outputs.front().num_cached_tokens, 96);
+  EXPECT_EQ(h.results["again"].outputs.front().num_cached_tokens, 108);
+  expect_matches_reference(mc, ps[4], h.results["prefix"]);
+  expect_matches_reference(mc, ps[1], h.results["tail"]);
+  expect_matches_reference(mc, ps[1], h.results["again"]);
+}
+
 TEST(PrefixCache, EvictsLeastRecentlyUsedBlocksUnderPressure) {
   auto mc = hybrid_config();
   EngineConfig ec = cache_engine(true);
