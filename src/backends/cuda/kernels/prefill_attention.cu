@@ -409,14 +409,14 @@ __global__ void __launch_bounds__(kWarps * 32, kMt == 2 && kWarps == 4 ? 2 : 1)
 // one per consumer warp once its P V of that tile is done. The producer publishes a tile after
 // issuing the next one's copies. Registers (setmaxnreg): 56 for the producer, 152 for the
 // consumers, the block's 65536 in all. Q, K and V are kept in core-matrix order: row r, 16-byte
-// chunk ch at ((r / 8) * (D / 8) + ch) * 128 + (r % 8) * 16 bytes, so that 8 consecutive threads of
-// a copy fill one 128-byte core matrix. That layout is K-major for Q and K (LBO 128 between 16-byte
-// chunks, SBO one 8-row group) and MN-major for V (SBO 128 between 8-dim groups, LBO one 8-key
-// group). Last 8K rows of a 100K prompt, one full layer (H200, thirty-first session): 38.2 ms
-// against 44.8 for the same loop with every warp copying and a block barrier per tile; measured
-// and slower: 5 stages 38.6, two consumer warpgroups 52.8, 128-key tiles (two consumer
-// warpgroups at 224 registers) 69.4, consumer warpgroups issuing their products in turn
-// (FA3's ping-pong, named barriers) 41.3.
+// chunk ch at ((r / 8) * (D / 8) + ch) * 128 + (r % 8) * 16 bytes (8 consecutive threads of Q's
+// staging fill one 128-byte core matrix; the producer's copies follow global memory instead, see
+// there). That layout is K-major for Q and K (LBO 128 between 16-byte chunks, SBO one 8-row group)
+// and MN-major for V (SBO 128 between 8-dim groups, LBO one 8-key group). Last 8K rows of a 100K
+// prompt, one full layer (H200, thirty-first session): 38.2 ms against 44.8 for the same loop with
+// every warp copying and a block barrier per tile; measured and slower: 5 stages 38.6, two consumer
+// warpgroups 52.8, 128-key tiles (two consumer warpgroups at 224 registers) 69.4, consumer
+// warpgroups issuing their products in turn (FA3's ping-pong, named barriers) 41.3.
 constexpr int kWsWarpgroups = 3, kWsKeys = 64, kWsStages = 4;
 constexpr int kWsProducerRegs = 56, kWsConsumerRegs = 152;
 static_assert(kWsProducerRegs * 128 + kWsConsumerRegs * 128 * kWsWarpgroups <= 65536);
