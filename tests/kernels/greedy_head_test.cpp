@@ -9,6 +9,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/kernels/gemv.h"
@@ -310,6 +311,10 @@ TEST(GreedyHead, ApproximateLogitsStayWithinTheirBound) {
 // computes them) and from greedy_approx + topk_logits with K = ks[t].
 struct TopKRows {
   std::vector<float> full, got;
+  // topk_logits' candidate lists (SampleCandidates): count per row, [rows, kSampleCandidates] each.
+  std::vector<uint32_t> count;
+  std::vector<int32_t> ids;
+  std::vector<float> cand_logits;
 };
 TopKRows topk_rows(const Case& c, const std::vector<int32_t>& ks) {
   TopKRows out;
@@ -327,13 +332,23 @@ TopKRows topk_rows(const Case& c, const std::vector<int32_t>& ks) {
   DeviceArray<float> approx{size_t(n * c.V)}, maxima{size_t(n) * kTopKMaximaPerRow},
       logits{size_t(n * c.V)};
   DeviceArray<int32_t> rows(c.rows), top_k(ks);
+  // The lists start as garbage: the first launch zeroes the counts.
+  DeviceArray<uint32_t> count(std::vector<uint32_t>(size_t(n), 12345u));
+  DeviceArray<int32_t> ids{size_t(n) * kSampleCandidates};
+  DeviceArray<float> cand_logits{size_t(n) * kSampleCandidates};
   GreedyPickArgs a = pick_args(c, head, p, x.get(), g.get(), rows.get(), approx.get());
   a.top_k = top_k.get();
   a.maxima = maxima.get();
   a.logits = logits.get();
+  a.cand_count = count.get();
+  a.cand_ids = ids.get();
+  a.cand_logits = cand_logits.get();
   greedy_approx(a, nullptr);
   topk_logits(a, nullptr);
   out.got = logits.to_host();
+  out.count = count.to_host();
+  out.ids = ids.to_host();
+  out.cand_logits = cand_logits.to_host();
   return out;
 }
 
@@ -355,6 +370,29 @@ int64_t expect_top_k_kept(const TopKRows& r, int t, int64_t V, int32_t k) {
     }
   }
   return kept;
+}
+
+// Row t's candidate list against its logits: the count is the number of logits above -inf and,
+// when it fits, the list holds exactly those (id, logit) pairs, bit for bit.
+void expect_candidate_list(const TopKRows& r, int t, int64_t V) {
+  const float* got = r.got.data() + int64_t(t) * V;
+  std::vector<std::pair<int32_t, uint32_t>> want, listed;
+  for (int64_t i = 0; i < V; ++i) {
+    if (got[i] != -INFINITY) {
+      uint32_t bits;
+      std::memcpy(&bits, &got[i], 4);
+      want.emplace_back(static_cast<int32_t>(i), bits);
+    }
+  }
+  ASSERT_EQ(r.count[t], want.size()) << "logits row " << t;
+  if (want.size() > size_t(kSampleCandidates)) return;
+  for (size_t j = 0; j < want.size(); ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, &r.cand_logits[size_t(t) * kSampleCandidates + j], 4);
+    listed.emplace_back(r.ids[size_t(t) * kSampleCandidates + j], bits);
+  }
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed, want) << "logits row " << t;
 }
 
 // topk_logits keeps each row's top K with the GEMV's exact logits and -inf elsewhere (K 1, 20, 128
@@ -386,13 +424,21 @@ TEST(GreedyHead, TopKLogitsKeepTheTopKExactlyAndSampleAsTheFullRows) {
   const std::vector<float> min_ps = {0.0f, 0.05f};
   for (const std::vector<int32_t>& k : ks) {
     const TopKRows r = topk_rows(c, k);
+    int listed = 0;
     for (int t = 0; t < 3; ++t) {
       const int64_t kept = expect_top_k_kept(r, t, c.V, k[t]);
       EXPECT_GE(kept, k[t]);
       EXPECT_LT(kept, c.V / 8) << "the bound should leave few candidates (row " << t << ")";
+      expect_candidate_list(r, t, c.V);
+      listed += r.count[t] <= uint32_t(kSampleCandidates);
     }
+    EXPECT_GT(listed, 0) << "no row's candidates fit a list: the list path went untested";
     DeviceArray<float> full(r.full), got(r.got);
-    DeviceArray<int32_t> tok_full{3}, tok_got{3};
+    DeviceArray<uint32_t> count(r.count);
+    DeviceArray<int32_t> ids(r.ids);
+    DeviceArray<float> cand_logits(r.cand_logits);
+    const SampleCandidates cand{count.get(), ids.get(), cand_logits.get()};
+    DeviceArray<int32_t> tok_full{3}, tok_got{3}, tok_list{3};
     int draws = 0;
     for (float temp : temps) {
       for (float top_p : top_ps) {
@@ -403,8 +449,12 @@ TEST(GreedyHead, TopKLogitsKeepTheTopKExactlyAndSampleAsTheFullRows) {
             DeviceArray<SampleParams> params(p);
             sample(tok_full.get(), full.get(), params.get(), 3, c.V, nullptr);
             sample(tok_got.get(), got.get(), params.get(), 3, c.V, nullptr);
+            sample(tok_list.get(), got.get(), params.get(), 3, c.V, nullptr, cand);
             EXPECT_EQ(tok_got.to_host(), tok_full.to_host())
                 << "T " << temp << " top_p " << top_p << " min_p " << min_p << " seed " << seed;
+            EXPECT_EQ(tok_list.to_host(), tok_full.to_host())
+                << "from the lists: T " << temp << " top_p " << top_p << " min_p " << min_p
+                << " seed " << seed;
             ++draws;
           }
         }
@@ -423,6 +473,8 @@ TEST(GreedyHead, TopKLogitsKeepTheTopKExactlyAndSampleAsTheFullRows) {
   const TopKRows r = topk_rows(s, {30, 5});
   EXPECT_EQ(expect_top_k_kept(r, 0, s.V, 30), s.V);
   EXPECT_LT(expect_top_k_kept(r, 1, s.V, 5), s.V);
+  expect_candidate_list(r, 0, s.V);  // 700 candidates: counted, too many to list
+  expect_candidate_list(r, 1, s.V);
 }
 
 // Calls outside the launchers' contract stop with the reason before any launch (so no device is

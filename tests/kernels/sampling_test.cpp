@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "tests/kernels/gpu_test_util.h"
@@ -322,6 +323,96 @@ TEST(Sampling, Vocab150KRowsTimed) {
       cudaEventDestroy(e1);
     }
   }
+}
+
+// Calls outside the contract stop with the reason before any launch (no device needed).
+TEST(Sampling, CallsOutsideTheContractStop) {
+  int32_t token = 0;
+  float logit = 0.0f;
+  uint32_t count = 1;
+  const SampleParams p{};
+  EXPECT_DEATH(sample(&token, &logit, &p, 1, 0, nullptr), "sample: vocab 0");
+  EXPECT_DEATH(sample(&token, &logit, &p, 65536, 1, nullptr), "sample: 65536 rows");
+  EXPECT_DEATH(
+      sample(&token, &logit, &p, 1, 1, nullptr, SampleCandidates{&count, nullptr, nullptr}),
+      "sample: a candidate list needs its count, ids and logits");
+}
+
+// Rows that are -inf but at a few tokens, each with its candidate list in shuffled order: the
+// list's draw is the full row's, for every rule and seed. Lists of 0, 1, 20, 64, 300 and 512
+// tokens, one of 513 (counted, too long to hold: drawn from its row), ties (every value taken
+// twice, one group across the top-k cut), masses that round to zero, a NaN and a +inf. The lists
+// alone serve: passed with a row of zeros instead of the logits, every listed row draws the same.
+TEST(Sampling, CandidateListsDrawWhatTheirRowsDraw) {
+  FLINT_REQUIRE_GPU();
+  const int64_t V = 151552;
+  const std::vector<int> sizes = {0, 1, 20, 64, 300, 512, 513, 40};
+  const int rows = static_cast<int>(sizes.size());
+  std::vector<float> logits(size_t(rows) * V, -std::numeric_limits<float>::infinity());
+  std::vector<uint32_t> count(static_cast<size_t>(rows));
+  std::vector<int32_t> ids(size_t(rows) * kSampleCandidates, -1);
+  std::vector<float> cand(size_t(rows) * kSampleCandidates, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const int n = sizes[r];
+    // Distinct random ids, listed in an order unrelated to id or value.
+    std::mt19937 gen(700 + r);
+    std::uniform_int_distribution<int32_t> any_id(0, int32_t(V - 1));
+    std::vector<int32_t> pick(size_t(n) * 4);
+    for (int32_t& id : pick) id = any_id(gen);
+    std::sort(pick.begin(), pick.end());
+    pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+    ASSERT_GE(pick.size(), size_t(n));
+    pick.resize(size_t(n));
+    const std::vector<float> v = random_floats(size_t(n), 800 + r, -6.0f, 6.0f);
+    std::vector<size_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::shuffle(order.begin(), order.end(), std::mt19937(900 + r));
+    for (int j = 0; j < n; ++j) {
+      float x = r == 2 ? std::round(v[j]) : r == 3 ? std::round(v[j] * 0.5f) : v[j];  // ties
+      if (j % 17 == 5) x = v[j] - 200.0f;  // exp() of it is no mass in 2^-40 units
+      if (r == 4 && j == 7) x = std::numeric_limits<float>::quiet_NaN();
+      if (r == 7 && j == 3) x = std::numeric_limits<float>::infinity();
+      logits[size_t(r) * V + size_t(pick[j])] = x;
+      if (j < kSampleCandidates) {
+        ids[size_t(r) * kSampleCandidates + order[j] % kSampleCandidates] = pick[j];
+        cand[size_t(r) * kSampleCandidates + order[j] % kSampleCandidates] = x;
+      }
+    }
+    count[r] = static_cast<uint32_t>(n);
+    if (n > kSampleCandidates) continue;
+    for (int j = 0; j < n; ++j) ASSERT_GE(ids[size_t(r) * kSampleCandidates + j], 0);
+  }
+  DeviceArray<float> dl(logits), zeros(std::vector<float>(logits.size(), 0.0f));
+  DeviceArray<uint32_t> dc(count);
+  DeviceArray<int32_t> di(ids), t_row(rows), t_list(rows), t_zero(rows);
+  DeviceArray<float> dv(cand);
+  const SampleCandidates list{dc.get(), di.get(), dv.get()};
+  int draws = 0;
+  for (float temp : {0.0f, 0.6f, 1.0f, 1.7f}) {
+    for (int k : {0, 1, 20, 100}) {
+      for (float top_p : {1.0f, 0.95f, 0.3f}) {
+        for (float min_p : {0.0f, 0.1f}) {
+          for (uint64_t step = 0; step < 3; ++step) {
+            std::vector<SampleParams> ps(size_t(rows), params(temp, k, top_p, min_p, 0, step));
+            for (int r = 0; r < rows; ++r) ps[r].seed = 31 * uint64_t(r) + 5;
+            DeviceArray<SampleParams> dp(ps);
+            sample(t_row.get(), dl.get(), dp.get(), rows, V, nullptr);
+            sample(t_list.get(), dl.get(), dp.get(), rows, V, nullptr, list);
+            sample(t_zero.get(), zeros.get(), dp.get(), rows, V, nullptr, list);
+            const auto want = t_row.to_host(), got = t_list.to_host(), zero = t_zero.to_host();
+            for (int r = 0; r < rows; ++r) {
+              SCOPED_TRACE(fmt::format("row {} ({} candidates) t={} k={} p={} min_p={} step {}", r,
+                                       sizes[r], temp, k, top_p, min_p, step));
+              EXPECT_EQ(got[r], want[r]);
+              if (sizes[r] <= kSampleCandidates) EXPECT_EQ(zero[r], want[r]);
+            }
+            ++draws;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(draws, 288);
 }
 
 }  // namespace

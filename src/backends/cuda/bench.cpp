@@ -277,7 +277,8 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   auto step = [&] {
     fwd->enqueue(plan, s);  // a greedy plan leaves the picks in fwd->greedy_tokens()
     if (sampled) {
-      sample(next.as<int32_t>(), fwd->logits(), params.as<SampleParams>(), batch, c.vocab_size, s);
+      sample(next.as<int32_t>(), fwd->logits(), params.as<SampleParams>(), batch, c.vocab_size, s,
+             plan.head == LmHead::kTopK ? fwd->topk_candidates() : SampleCandidates{});
     } else if (plan.head == LmHead::kLogits) {
       argmax(next.as<int32_t>(), fwd->logits(), batch, c.vocab_size, s);
     }

@@ -302,8 +302,10 @@ Status CudaBackend::launch_sample(const model::StepInput& step,
     static_assert(sizeof(SampleParams) % 4 == 0);
     copy_words(reinterpret_cast<int32_t*>(d_params), reinterpret_cast<const int32_t*>(slot.params),
                static_cast<int64_t>(n * sizeof(SampleParams) / 4), stream_);
+    // A top-k step's rows are -inf but at their candidates: sample() draws from those lists.
     sample(d_sample_tokens_.as<int32_t>(), fwd_->logits(), d_params, static_cast<int>(n),
-           config().vocab_size, stream_);
+           config().vocab_size, stream_,
+           ran == LmHead::kTopK ? fwd_->topk_candidates() : SampleCandidates{});
   }
   if (n > 0) {
     copy_words(slot.tokens, d_tokens, static_cast<int64_t>(n), stream_);

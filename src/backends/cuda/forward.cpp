@@ -78,7 +78,8 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
   if (w.greedy_head() != nullptr) {
     const int64_t rows = kLmHeadGemvRows, approx = rows * c.vocab_size * int64_t(sizeof(float));
     const int64_t maxima = rows * kTopKMaximaPerRow * int64_t(sizeof(float));
-    auto g = DeviceBuffer::allocate(size_t(approx + rows * 16 + maxima));
+    const int64_t list = rows * kSampleCandidates * 4;  // ids, then logits
+    auto g = DeviceBuffer::allocate(size_t(approx + rows * 16 + maxima + rows * 4 + 2 * list));
     if (!g) return g.error().with_context("allocating the greedy LM head's scratch");
     f->greedy_buf_ = std::move(g).value();
     auto* base = static_cast<unsigned char*>(f->greedy_buf_.data());
@@ -87,6 +88,10 @@ Result<std::unique_ptr<CudaForward>> CudaForward::create(const DeviceWeights& w,
     f->d_greedy_tokens_ = reinterpret_cast<int32_t*>(base + approx + rows * 8);
     f->d_head_top_k_ = reinterpret_cast<int32_t*>(base + approx + rows * 12);
     f->ws_topk_maxima_ = reinterpret_cast<float*>(base + approx + rows * 16);
+    unsigned char* cand = base + approx + rows * 16 + maxima;
+    f->d_cand_count_ = reinterpret_cast<uint32_t*>(cand);
+    f->d_cand_ids_ = reinterpret_cast<int32_t*>(cand + rows * 4);
+    f->d_cand_logits_ = reinterpret_cast<float*>(cand + rows * 4 + list);
     FLINT_CUDA_CHECK(cudaMemset(base + approx, 0, size_t(rows) * 16));
   }
   FLINT_TRY(f->prepare_persistent());
@@ -680,6 +685,9 @@ void CudaForward::enqueue_lm_head(const StepPlan& plan, cudaStream_t s) {
     if (plan.head == LmHead::kGreedy) {
       greedy_pick(g, s);
     } else {
+      g.cand_count = d_cand_count_;
+      g.cand_ids = d_cand_ids_;
+      g.cand_logits = d_cand_logits_;
       topk_logits(g, s);
     }
     return;

@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels/decode_persistent.h"
 #include "backends/cuda/kernels/kv_layout.h"
 #include "backends/cuda/kernels/moe_grouped.h"
+#include "backends/cuda/kernels/sampling.h"
 #include "backends/cuda/weights.h"
 #include "model/step.h"
 
@@ -138,6 +139,12 @@ class CudaForward {
   // kTopKHeadMax), written by the caller (stream-ordered) before the enqueue; null without a
   // greedy head.
   int32_t* head_top_k() const { return d_head_top_k_; }
+  // After an LmHead::kTopK step: the tokens of each logits row that are not -inf in logits(), as
+  // sample()'s candidate list, which then draws without a pass over the rows (null without a
+  // greedy head).
+  SampleCandidates topk_candidates() const {
+    return SampleCandidates{d_cand_count_, d_cand_ids_, d_cand_logits_};
+  }
   const int32_t* expert_ids(int layer) const;  // [num_tokens, slots] of the last step
   int slots() const { return slots_; }
   // Copies sliding ring src to dst in every sliding layer (stream-ordered).
@@ -239,13 +246,16 @@ class CudaForward {
   float* ws_xinv_ = nullptr;    // [num_tokens] 1 / rms of the router's normed rows (ws_a_)
   DeviceBuffer attn_counters_;  // int32 [cap_tokens_, Hkv], zero between launches
   // The greedy head's scratch: approximate logits [kLmHeadGemvRows, vocab], the picks' keys (zero
-  // between steps), the tokens, the rows' K and topk_logits' maxima.
+  // between steps), the tokens, the rows' K, topk_logits' maxima and candidate lists.
   DeviceBuffer greedy_buf_;
   float* ws_greedy_approx_ = nullptr;
   int32_t* d_greedy_tokens_ = nullptr;
   uint64_t* d_greedy_keys_ = nullptr;
   int32_t* d_head_top_k_ = nullptr;
   float* ws_topk_maxima_ = nullptr;
+  uint32_t* d_cand_count_ = nullptr;  // topk_logits' candidate lists (SampleCandidates)
+  int32_t* d_cand_ids_ = nullptr;
+  float* d_cand_logits_ = nullptr;
   int num_sms_ = 1;
   // Pinned staging is double-buffered: upload_step fills pinned_ and pinned_back_ in turn and
   // waits only for the copies out of the same half two steps ago (staged_[half]).

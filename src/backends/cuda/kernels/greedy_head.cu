@@ -278,6 +278,8 @@ __global__ void __launch_bounds__(kThreads) greedy_pick_kernel(GreedyPickArgs a,
   const float lo = warp_lower_max(a, ap, bx, begin, end);
   if constexpr (kMaxima) {
     if (lane == 0) a.maxima[int64_t(t) * kTopKMaximaPerRow + blockIdx.x * kWarps + warp] = lo;
+    // The second launch counts the row's candidates from zero (it waits for this one to finish).
+    if (a.cand_count != nullptr && blockIdx.x == 0 && threadIdx.x == 0) a.cand_count[t] = 0;
     return;
   }
   if (lane == 0) s_ss[warp] = lo;
@@ -396,12 +398,23 @@ __global__ void __launch_bounds__(kThreads) topk_fill_kernel(GreedyPickArgs a, i
     const bool in = r < end;
     const bool cand = in && (all || !(__ldcg(ap + r) + bx * __ldg(a.bounds + r) < L));
     float v = __int_as_float(0xff800000);
-    for (uint32_t mask = __ballot_sync(0xffffffffu, cand); mask != 0; mask &= mask - 1) {
+    const uint32_t ballot = __ballot_sync(0xffffffffu, cand);
+    for (uint32_t mask = ballot; mask != 0; mask &= mask - 1) {
       const int j = __ffs(mask) - 1;
       const float e = exact_logit(a, base + j, xs, inv);
       if (lane == j) v = e;
     }
     if (in) out[r] = v;
+    if (a.cand_count != nullptr && ballot != 0) {  // the warp's candidates, one atomic
+      uint32_t first = 0;
+      if (lane == 0) first = atomicAdd(a.cand_count + t, static_cast<uint32_t>(__popc(ballot)));
+      first = __shfl_sync(0xffffffffu, first, 0);
+      const uint32_t slot = first + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1)));
+      if (cand && slot < uint32_t(kSampleCandidates)) {
+        a.cand_ids[int64_t(t) * kSampleCandidates + slot] = static_cast<int32_t>(r);
+        a.cand_logits[int64_t(t) * kSampleCandidates + slot] = v;
+      }
+    }
   }
 }
 

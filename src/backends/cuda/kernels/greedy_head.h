@@ -40,6 +40,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels/linear_ref.h"
+#include "backends/cuda/kernels/sampling.h"
 
 namespace flint::cuda {
 
@@ -74,6 +75,11 @@ struct GreedyPickArgs {
   const int32_t* top_k = nullptr;  // [n] K of each row (values below 1 count as 1)
   float* maxima = nullptr;         // [n, kTopKMaximaPerRow] scratch
   float* logits = nullptr;         // [n, V] the output
+  // Optional (all null: not written): each row's tokens that are not -inf in `logits`, as
+  // sample()'s candidate list (sampling.h: SampleCandidates, kSampleCandidates entries a row).
+  uint32_t* cand_count = nullptr;  // [n]
+  int32_t* cand_ids = nullptr;     // [n, kSampleCandidates]
+  float* cand_logits = nullptr;    // [n, kSampleCandidates]
 };
 
 // Step 1: approx [n, V] from `copy` (one launch, programmatic dependent launch).
@@ -84,7 +90,8 @@ void greedy_pick(const GreedyPickArgs& a, cudaStream_t s);
 
 // After step 1: logits [n, V], each row's exact logits of the rows that can be among its top K
 // (a.top_k) and -inf elsewhere (two launches, programmatic dependent launch). A row with more K
-// than there are maxima gets every logit exact.
+// than there are maxima gets every logit exact. With a.cand_count, those rows (token id, logit)
+// are also listed, the list's first kSampleCandidates kept, and counted.
 void topk_logits(const GreedyPickArgs& a, cudaStream_t s);
 
 }  // namespace flint::cuda

@@ -6,6 +6,10 @@
 // logits' order-preserving bits. Counts and 2^-40 fixed-point masses are integers, so every sum is
 // order-independent and a seed reproduces exactly. The draw inverts the CDF of the kept masses in
 // token order with one uniform from Philox-4x32-10 keyed by the seed, counter the step.
+// A row that comes with a candidate list (topk_logits' rows: -inf but at a few tokens) is drawn
+// by one block from the list alone, by the same rules and integer sums: the same token, without
+// the pass over the row (NVFP4 b1 1K, H200: a top-k step 42 us slower than a greedy one before,
+// 8 us after; docs/PERFORMANCE.md, thirty-second session).
 // Reference: engine::sample_token (logits_processor.cpp)   Test: tests/kernels/sampling_test.cpp
 #include <cooperative_groups.h>
 
@@ -515,13 +519,117 @@ __device__ void draw(const Kept& kept, int n, int64_t start, double u, int fallb
   }
 }
 
+// sample_kernel's draw for a row whose tokens outside its candidate list are -inf (n <= kThreads
+// candidates, thread i holding the i-th): the same rules, sums and draw as the pass over the row,
+// on the list alone. The row's order (key descending, token id ascending) and the token order of
+// the draw are ranks counted over the list in shared memory. One block; every thread calls it.
+static_assert(kSampleCandidates <= kThreads && kSampleCandidates <= 4 * kXBins &&
+              2 * kSampleCandidates <= kList);
+__device__ void sample_candidates(int32_t* token, const SampleCandidates& cand, int row_id, int n,
+                                  const SampleParams& prm, int64_t vocab, Smem& sm) {
+  const int i = static_cast<int>(threadIdx.x);
+  const bool have = i < n;
+  int idx = static_cast<int>(vocab);
+  float l = __int_as_float(0xff800000);  // -inf: what the row holds outside the list
+  if (have) {
+    idx = cand.ids[int64_t(row_id) * kSampleCandidates + i];
+    l = cand.logits[int64_t(row_id) * kSampleCandidates + i];
+  }
+  float m = -FLT_MAX;
+  int best = static_cast<int>(vocab);
+  if (have) take_better(m, best, l, idx);
+  block_argmax(m, best, sm);
+  // Nothing above -inf but NaN: the row's best is token 0, whose logit is then not finite.
+  if (best >= vocab || prm.temperature < 1e-5f || !isfinite(m)) {
+    if (i == 0) *token = best >= vocab ? 0 : best;
+    return;
+  }
+  const float inv_t = 1.0f / prm.temperature;
+  const float log_min_p = prm.min_p > 0.0f ? logf(prm.min_p) : -FLT_MAX;
+  const float x = (l - m) * inv_t;
+  bool keep = have && x > kMinLogRatio && x >= log_min_p;
+  // (key << 32 | ~id): descending is the row's order; 0 for a token that is not kept.
+  u64* ord = sm.list;
+  u64* wt = sm.list + kSampleCandidates;
+  uint32_t* ids = sm.hist;
+  const u64 my_ord = u64(dev::ordered_key(l)) << 32 | (0xffffffffu - static_cast<uint32_t>(idx));
+  auto rank_above = [&](u64 mine, bool with_weight) {  // kept entries before `mine`, or their mass
+    u64 r = 0;
+    for (int j = 0; j < n; ++j) {
+      const u64 o = ord[j];
+      if (o > mine) r += with_weight ? wt[j] : 1;
+    }
+    return r;
+  };
+  if (prm.top_k > 0 && prm.top_k < vocab) {
+    const int kept = __syncthreads_count(keep);
+    if (prm.top_k <= kept) {
+      if (have) ord[i] = keep ? my_ord : 0;
+      __syncthreads();
+      keep = keep && rank_above(my_ord, false) < static_cast<u64>(prm.top_k);
+      __syncthreads();
+    }
+  }
+  const u64 mass = keep ? fixed_mass(x) : 0;
+  if (prm.top_p < 1.0f) {
+    u64 total;
+    block_sum_above(mass, &total, sm);
+    if (total > 0) {
+      u64 target = static_cast<u64>(ceil(static_cast<double>(prm.top_p) * double(total)));
+      target = target < 1 ? 1 : target > total ? total : target;
+      if (have) {
+        ord[i] = keep ? my_ord : 0;
+        wt[i] = mass;
+      }
+      __syncthreads();
+      // Kept while the mass ranked before it is below the target: up to the cut's token.
+      keep = keep && rank_above(my_ord, true) < target;
+      __syncthreads();
+    }
+  }
+  const u64 w = keep ? mass : 0;
+  u64 total;
+  block_sum_above(w, &total, sm);
+  if (total == 0) {
+    if (i == 0) *token = best;
+    return;
+  }
+  u64 target = static_cast<u64>(uniform(prm.seed, prm.step) * static_cast<double>(total));
+  if (target >= total) target = total - 1;
+  if (have) {
+    ids[i] = static_cast<uint32_t>(idx);
+    wt[i] = w;
+  }
+  __syncthreads();
+  if (w > 0) {
+    u64 before = 0;  // the mass of the kept tokens with lower ids
+    for (int j = 0; j < n; ++j) {
+      if (ids[j] < static_cast<uint32_t>(idx)) before += wt[j];
+    }
+    if (before <= target && target < before + w) *token = idx;
+  }
+}
+
 template <bool kStaged>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
     sample_kernel(int32_t* __restrict__ tokens, const float* __restrict__ logits,
-                  const SampleParams* __restrict__ params, int64_t vocab, int64_t per_block) {
+                  const SampleParams* __restrict__ params, int64_t vocab, int64_t per_block,
+                  SampleCandidates cand) {
   extern __shared__ float4 staged_f4[];  // [per_block] when kStaged
   __shared__ Smem sm;
   Cluster cl{cg::this_cluster(), static_cast<int>(cg::this_cluster().block_rank())};
+  if (cand.count != nullptr) {
+    // A row whose list holds every token above -inf: block 0 draws from it, the others leave
+    // before any cluster barrier (the whole cluster decides alike, from one count).
+    const uint32_t n = cand.count[blockIdx.y];
+    if (n <= kSampleCandidates) {
+      if (cl.rank == 0) {
+        sample_candidates(tokens + blockIdx.y, cand, static_cast<int>(blockIdx.y),
+                          static_cast<int>(n), params[blockIdx.y], vocab, sm);
+      }
+      return;
+    }
+  }
   // No block may write into another's shared memory before that block has started: arrive at the
   // cluster barrier now, wait for the others just before the first exchange (compute-sanitizer
   // racecheck flagged the writes without it: "a block that might not have entered yet").
@@ -668,11 +776,14 @@ cudaError_t configure(Kernel kernel, size_t dynamic_smem) {
 }  // namespace
 
 void sample(int32_t* tokens, const float* logits, const SampleParams* params, int num_rows,
-            int64_t vocab, cudaStream_t s) {
+            int64_t vocab, cudaStream_t s, const SampleCandidates& cand) {
   // At most 2^18 elements per block keep the bucket histogram's 32-bit words from overflowing.
   FLINT_CHECK(vocab > 0 && vocab <= kCluster * (int64_t(1) << 18), "sample: vocab {} (at most {})",
               vocab, kCluster * (int64_t(1) << 18));
   FLINT_CHECK(num_rows >= 0 && num_rows <= 65535, "sample: {} rows (at most 65535)", num_rows);
+  FLINT_CHECK((cand.count == nullptr) == (cand.ids == nullptr) &&
+                  (cand.count == nullptr) == (cand.logits == nullptr),
+              "sample: a candidate list needs its count, ids and logits");
   if (num_rows == 0) return;
   const int64_t per_block = ceil_div(ceil_div(vocab, kCluster), 4) * 4;  // 16-byte aligned slices
   const dim3 grid(kCluster, num_rows);
@@ -682,11 +793,11 @@ void sample(int32_t* tokens, const float* logits, const SampleParams* params, in
         configure(sample_kernel<true>, kMaxStaged * sizeof(float));
     FLINT_CUDA_CHECK(configured);
     sample_kernel<true><<<grid, kThreads, per_block * sizeof(float), s>>>(tokens, logits, params,
-                                                                          vocab, per_block);
+                                                                          vocab, per_block, cand);
   } else {
     static const cudaError_t configured = configure(sample_kernel<false>, 0);
     FLINT_CUDA_CHECK(configured);
-    sample_kernel<false><<<grid, kThreads, 0, s>>>(tokens, logits, params, vocab, per_block);
+    sample_kernel<false><<<grid, kThreads, 0, s>>>(tokens, logits, params, vocab, per_block, cand);
   }
   FLINT_CUDA_CHECK(cudaGetLastError());
 }
