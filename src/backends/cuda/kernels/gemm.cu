@@ -3,13 +3,11 @@
 // E2M1 x UE4M3 product has at most 6 significant bits) or copied from BF16 into shared memory.
 // Reference: backends/cpu/ops/linear.cpp   Test: tests/kernels/prefill_gemm_test.cpp
 #include <algorithm>
-#include <atomic>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/mma.cuh"
-#include "backends/cuda/kernels/wgmma.cuh"
 
 namespace flint::cuda {
 namespace {
@@ -333,241 +331,6 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   }
 }
 
-// The 128-row tiles on Hopper (sm_90a), when gemm_use_wgmma(true): the same problems and tiles as
-// gemm_kernel<..., 4>, the products on warpgroup MMAs that read both operands from shared memory.
-// Why: Nsight Compute of gemm_kernel on an 8K-token prefill chunk (H200, the grouped experts):
-// 143-184 TFLOP/s, L1/shared memory 77% busy (ldmatrix and the tile writes), the tensor pipe 36%,
-// 16 warps per SM. Correct (the PrefillGemm, PrefillMoe, CudaPrefill and CudaForward tests) but
-// slower, so off: the MoE experts of an 8K-token chunk NVFP4 138.4 ms against 128.5, BF16 181.9
-// against 121.5 (thirty-second session). Nsight Compute: L2 94% busy at 1.2 sectors per request,
-// because this layout's conflict-free copy order has each 8-thread phase of a 16-byte cp.async
-// read 8 rows (8 one-sector requests). Next: the 128-byte-swizzle layout (8 threads copy one
-// row's 128 bytes), then wgmma.wait_group 1 across the next tile's barrier. Two
-// warpgroups, each 64 activation rows x the block's 128 weight rows (m64n128k16); tiles of 64 k in
-// kWgStages stages, each [rows, 64] bf16 in the no-swizzle K-major layout: 16-byte chunk (row, kc)
-// at ((row / 8) * 8 + kc) * 128 + (row % 8) * 16, so LBO (the next 8 k) is 128 bytes and SBO (the
-// next 8 rows) 1024. Copies and NVFP4 decodes are spread so that 8 threads write 8 rows' chunks
-// (128 contiguous bytes: no bank conflicts).
-constexpr int kWgStages = 3;
-constexpr int kWgTileBytes = kGemmTileRows * kBK * 2;  // 16 KB: x tile, then the weight tile
-static_assert(kBN == kGemmTileRows, "the wgmma kernel's weight tile has the x tile's shape");
-constexpr int kWgSmem = kWgStages * 2 * kWgTileBytes + 16 * 4;
-
-__device__ __forceinline__ int wg_chunk(int row, int kc) {
-  return ((row >> 3) * 8 + kc) * 128 + (row & 7) * 16;
-}
-
-template <DType WT, bool kGated>
-__global__ void __launch_bounds__(kThreads, 2) gemm_wgmma_kernel(const GemmParams p) {
-#if FLINT_WGMMA
-  constexpr int kBM = kGemmTileRows;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  float* lut = reinterpret_cast<float*>(smem_raw + kWgStages * 2 * kWgTileBytes);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
-  int expert = 0, m0, m1;
-  if (p.groups.tiles != nullptr) {
-    const int4 t = p.groups.tiles[blockIdx.x];
-    if (t.x < 0) return;
-    expert = t.x;
-    m0 = t.y;
-    m1 = t.z;
-  } else {
-    m0 = blockIdx.x * kBM;
-    m1 = min(p.rows, m0 + kBM);
-  }
-  const int n0 = blockIdx.y * (kGated ? kBN / 2 : kBN);
-  const int K = static_cast<int>(p.w0.in);
-  const int num_k_tiles = (K + kBK - 1) / kBK;
-  if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
-  auto x_tile = [&](int stage) { return smem_raw + stage * 2 * kWgTileBytes; };
-  auto w_tile = [&](int stage) { return smem_raw + stage * 2 * kWgTileBytes + kWgTileBytes; };
-
-  // Chunk q of a tile (1024: 128 rows x 8): row (q & 7) + 8 (q >> 6), chunk (q >> 3) & 7.
-  auto load_x = [&](int stage, int kt) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int q = tid + j * kThreads;
-      const int r = (q & 7) + ((q >> 6) << 3), kc = (q >> 3) & 7;
-      const int m = m0 + r;
-      const int k = kt * kBK + kc * 8;
-      const bool ok = m < m1 && k < K;
-      const __nv_bfloat16* src = p.x;
-      if (ok) {
-        const int64_t xr = p.groups.gather != nullptr ? p.groups.gather[m] : m;
-        src = p.x + xr * p.x_stride + k;
-      }
-      dev::cp_async16(x_tile(stage) + wg_chunk(r, kc), src, ok);
-    }
-  };
-  auto load_w_bf16 = [&](int stage, int kt) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int q = tid + j * kThreads;
-      const int i = (q & 7) + ((q >> 6) << 3), kc = (q >> 3) & 7;
-      bool up;
-      const int64_t row = weight_row<kGated>(p, n0, i, expert, up);
-      const int k = kt * kBK + kc * 8;
-      const bool ok = row >= 0 && k < K;
-      const auto* base = static_cast<const __nv_bfloat16*>(up ? p.w1.w : p.w0.w);
-      const void* src = ok ? static_cast<const void*>(base + row * K + k) : p.w0.w;
-      dev::cp_async16(w_tile(stage) + wg_chunk(i, kc), src, ok);
-    }
-  };
-  // NVFP4: thread t decodes 32 elements (k half t >> 7) of weight row t & 127, from registers
-  // loaded a tile ahead; a warp's 32 rows write 4 x 128 contiguous bytes per chunk.
-  uint4 q4 = make_uint4(0, 0, 0, 0);
-  uint32_t sc2 = 0;
-  const int di = tid & (kBN - 1), dhalf = tid >> 7;
-  auto fetch_w_nvfp4 = [&](int kt) {
-    bool up;
-    const int64_t row = weight_row<kGated>(p, n0, di, expert, up);
-    if (row < 0) {
-      q4 = make_uint4(0, 0, 0, 0);
-      sc2 = 0;
-      return;
-    }
-    const int k = kt * kBK + dhalf * 32;
-    const auto* codes = static_cast<const uint8_t*>(up ? p.w1.w : p.w0.w);
-    const uint8_t* scales = up ? p.w1.sc : p.w0.sc;
-    q4 = __ldg(reinterpret_cast<const uint4*>(codes + row * (K / 2) + k / 2));
-    sc2 = __ldg(reinterpret_cast<const uint16_t*>(scales + row * (K / 16) + k / 16));
-  };
-  auto store_w_nvfp4 = [&](int stage) {
-    unsigned char* dst = w_tile(stage);
-    const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
-#pragma unroll
-    for (int sb = 0; sb < 2; ++sb) {
-      const float d = dev::ue4m3_half((sc2 >> (8 * sb)) & 0xffu);
-      float v[16];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t b = (words[sb * 2 + (j >> 2)] >> (8 * (j & 3))) & 0xffu;
-        v[j] = lut[b & 15u] * d;
-        v[j + 8] = lut[b >> 4] * d;
-      }
-      // Elements 16 sb .. 16 sb + 15 of this half: chunks 4 dhalf + 2 sb and the next.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint4 o;
-        o.x = dev::pack_bf16(v[8 * h + 0], v[8 * h + 1]);
-        o.y = dev::pack_bf16(v[8 * h + 2], v[8 * h + 3]);
-        o.z = dev::pack_bf16(v[8 * h + 4], v[8 * h + 5]);
-        o.w = dev::pack_bf16(v[8 * h + 6], v[8 * h + 7]);
-        *reinterpret_cast<uint4*>(dst + wg_chunk(di, 4 * dhalf + 2 * sb + h)) = o;
-      }
-    }
-  };
-
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-
-  // Tiles 0 .. kWgStages - 2 in flight before the loop; in iteration kt, once tile kt has landed
-  // and every warpgroup's products of tile kt - 1 are done (its stage is refilled), tile
-  // kt + kWgStages - 1 is requested. One cp.async group per tile (empty past the end).
-  if (WT == DType::kNVFP4) __syncthreads();  // the LUT
-#pragma unroll
-  for (int j = 0; j < kWgStages - 1; ++j) {
-    if (j < num_k_tiles) {
-      load_x(j, j);
-      if (WT == DType::kBF16) load_w_bf16(j, j);
-      if (WT == DType::kNVFP4) {
-        fetch_w_nvfp4(j);
-        store_w_nvfp4(j);
-      }
-    }
-    dev::cp_async_commit();
-  }
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  for (int kt = 0; kt < num_k_tiles; ++kt) {
-    const int stage = kt % kWgStages;
-    dev::cp_async_wait<kWgStages - 2>();
-    dev::fence_proxy_async_smem();  // this thread's copies and stores, before wgmma reads them
-    __syncthreads();
-    const int next = kt + kWgStages - 1;
-    const bool more = next < num_k_tiles;
-    if (more) {
-      load_x(next % kWgStages, next);
-      if (WT == DType::kBF16) load_w_bf16(next % kWgStages, next);
-      if (WT == DType::kNVFP4) fetch_w_nvfp4(next);
-    }
-    dev::cp_async_commit();
-    const uint32_t xa = sbase + uint32_t(stage * 2 * kWgTileBytes + wg * 8 * 1024);
-    const uint32_t wb = sbase + uint32_t(stage * 2 * kWgTileBytes + kWgTileBytes);
-    dev::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
-      dev::wgmma_m64n128k16_ss(acc, dev::wgmma_desc(xa + ks * 256, 128, 1024),
-                               dev::wgmma_desc(wb + ks * 256, 128, 1024), true);
-    }
-    dev::wgmma_commit();
-    if (more && WT == DType::kNVFP4) store_w_nvfp4(next % kWgStages);
-    dev::wgmma_wait<0>();
-    dev::wgmma_fence_operand(acc);
-  }
-  dev::cp_async_wait<0>();
-
-  // Epilogue: warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) + g and + 8, and in n8 tile j
-  // the columns 8 j + 2 c, + 1 (gated: tiles 0-7 the gate, 8-15 the up rows of the same columns).
-  const int g = lane >> 2, c = lane & 3;
-  const LinearRef& W0 = p.w0;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int m = m0 + wg * 64 + (warp & 3) * 16 + g + hr * 8;
-    if (m >= m1) continue;
-    const float rw = p.groups.row_weight != nullptr ? p.groups.row_weight[m] : 1.0f;
-    if (kGated) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int n = n0 + j * 8 + 2 * c;
-        float o[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t row = int64_t(expert) * W0.out + n + e;
-          const float gv = acc[j * 4 + hr * 2 + e] * dev::row_scale(W0, n + e < W0.out ? row : 0);
-          const float uv =
-              acc[(j + 8) * 4 + hr * 2 + e] * dev::row_scale(p.w1, n + e < W0.out ? row : 0);
-          o[e] = dev::silu(gv) * uv;
-        }
-        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.y) + int64_t(m) * p.y_stride + n;
-        if (n + 1 < W0.out && ((int64_t(m) * p.y_stride + n) & 1) == 0) {
-          *reinterpret_cast<uint32_t*>(dst) = dev::pack_bf16(o[0], o[1]);
-        } else {
-          if (n < W0.out) dst[0] = __float2bfloat16_rn(o[0]);
-          if (n + 1 < W0.out) dst[1] = __float2bfloat16_rn(o[1]);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int n = n0 + j * 8 + 2 * c;
-        float* dst = static_cast<float*>(p.y) + int64_t(m) * p.y_stride + n;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (n + e >= W0.out) continue;
-          const float v =
-              acc[j * 4 + hr * 2 + e] * dev::row_scale(W0, int64_t(expert) * W0.out + n + e) * rw;
-          dst[e] = p.accumulate ? dst[e] + v : v;
-        }
-      }
-    }
-  }
-#endif
-}
-
-template <DType WT, bool kGated>
-void launch_wgmma(const GemmParams& p, int grid_x, cudaStream_t s) {
-  static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<WT, kGated>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem));
-    return true;
-  }();
-  (void)configured;
-  const int n_per_block = kGated ? kBN / 2 : kBN;
-  const dim3 grid(grid_x, static_cast<unsigned>(ceil_div(p.w0.out, n_per_block)));
-  gemm_wgmma_kernel<WT, kGated><<<grid, kThreads, kWgSmem, s>>>(p);
-}
-
 template <DType WT, bool kGated, int kMT>
 void launch_kernel(const GemmParams& p, int grid_x, cudaStream_t s) {
   constexpr int kSmem = smem_bytes<kMT>();
@@ -582,22 +345,14 @@ void launch_kernel(const GemmParams& p, int grid_x, cudaStream_t s) {
   gemm_kernel<WT, kGated, kMT><<<grid, kThreads, kSmem, s>>>(p);
 }
 
-bool gemm_mma_sync_forced();
-
 template <DType WT, bool kGated>
 void launch_tiles(const GemmParams& p, int grid_x, cudaStream_t s) {
   if (p.groups.tiles != nullptr && p.groups.tile_rows == kGemmSmallTileRows) {
     launch_kernel<WT, kGated, 1>(p, grid_x, s);
-  } else if (device_is_sm90() && !gemm_mma_sync_forced()) {
-    launch_wgmma<WT, kGated>(p, grid_x, s);
   } else {
     launch_kernel<WT, kGated, 4>(p, grid_x, s);
   }
 }
-
-// Off: the wgmma kernel measured slower than mma.sync (see gemm_wgmma_kernel); tests run both.
-std::atomic<bool> g_use_wgmma{false};
-bool gemm_mma_sync_forced() { return !g_use_wgmma.load(std::memory_order_relaxed); }
 
 void check_weight(const LinearRef& w, const char* what) {
   FLINT_CHECK(w.w != nullptr && (w.dtype == DType::kBF16 || w.dtype == DType::kNVFP4),
@@ -633,8 +388,6 @@ void check_gated(const LinearRef& gate, const LinearRef& up, const char* what) {
 }
 
 }  // namespace
-
-void gemm_use_wgmma(bool on) { g_use_wgmma.store(on, std::memory_order_relaxed); }
 
 void cast_to_bf16(__nv_bfloat16* out, int64_t out_stride, const float* x, int64_t x_stride,
                   int rows, int64_t cols, cudaStream_t s) {

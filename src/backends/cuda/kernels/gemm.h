@@ -22,11 +22,6 @@ namespace flint::cuda {
 inline constexpr int kGemmTileRows = 128;
 inline constexpr int kGemmSmallTileRows = 32;
 
-// Whether tiles of kGemmTileRows run on the warpgroup-MMA kernel on Hopper or on the mma.sync
-// kernel (the default, and on other devices): a process-wide switch, for tests and measurements
-// of both (gemm.cu says why the wgmma kernel is off).
-void gemm_use_wgmma(bool on);
-
 // out[r, c] = bf16(x[r, c]). x: [rows, cols] f32 (row stride x_stride); out: bf16 (out_stride).
 void cast_to_bf16(__nv_bfloat16* out, int64_t out_stride, const float* x, int64_t x_stride,
                   int rows, int64_t cols, cudaStream_t s);
