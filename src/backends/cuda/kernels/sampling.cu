@@ -324,6 +324,19 @@ __device__ __forceinline__ void add_split(Smem& sm, uint32_t b, u64 w, uint32_t 
   if (w2 != 0) atomicAdd(&sm.hist[3 * kXBins + b], w2);
 }
 
+// The top-p filter's target mass: ceil(top_p x total), at least 1 and at most total (0 for none).
+__device__ __forceinline__ u64 top_p_target(float top_p, u64 total) {
+  if (total == 0) return 0;
+  const u64 t = static_cast<u64>(ceil(static_cast<double>(top_p) * double(total)));
+  return t < 1 ? 1 : t > total ? total : t;
+}
+
+// The draw's position in [0, total) of the kept masses, from the uniform u (total > 0).
+__device__ __forceinline__ u64 draw_target(double u, u64 total) {
+  const u64 t = static_cast<u64>(u * static_cast<double>(total));
+  return t >= total ? total - 1 : t;
+}
+
 // Sorts a[0, p) descending; p a power of two.
 __device__ void bitonic_sort_desc(u64* a, int p) {
   for (int k = 2; k <= p; k <<= 1) {
@@ -504,8 +517,7 @@ __device__ void draw(const Kept& kept, int n, int64_t start, double u, int fallb
     if (cl.rank == 0 && threadIdx.x == 0) *token = fallback;
     return;
   }
-  u64 target = static_cast<u64>(u * static_cast<double>(total));
-  if (target >= total) target = total - 1;
+  const u64 target = draw_target(u, total);
   if (before <= target && target < before + mine) {  // this thread holds it
     u64 run = before;
     for (int i = begin; i < end; ++i) {
@@ -575,8 +587,7 @@ __device__ void sample_candidates(int32_t* token, const SampleCandidates& cand, 
     u64 total;
     block_sum_above(mass, &total, sm);
     if (total > 0) {
-      u64 target = static_cast<u64>(ceil(static_cast<double>(prm.top_p) * double(total)));
-      target = target < 1 ? 1 : target > total ? total : target;
+      const u64 target = top_p_target(prm.top_p, total);
       if (have) {
         ord[i] = keep ? my_ord : 0;
         wt[i] = mass;
@@ -594,8 +605,7 @@ __device__ void sample_candidates(int32_t* token, const SampleCandidates& cand, 
     if (i == 0) *token = best;
     return;
   }
-  u64 target = static_cast<u64>(uniform(prm.seed, prm.step) * static_cast<double>(total));
-  if (target >= total) target = total - 1;
+  const u64 target = draw_target(uniform(prm.seed, prm.step), total);
   if (have) {
     ids[i] = static_cast<uint32_t>(idx);
     wt[i] = w;
@@ -742,11 +752,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 2)
   int64_t pcut = vocab;
   if (prm.top_p < 1.0f) {
     auto mass_of_key = [&](uint32_t k) { return fixed_mass((dev::key_value(k) - m) * inv_t); };
-    auto top_p = [&](u64 total) -> u64 {
-      if (total == 0) return 0;
-      const u64 t = static_cast<u64>(ceil(static_cast<double>(prm.top_p) * double(total)));
-      return t < 1 ? 1 : t > total ? total : t;
-    };
+    auto top_p = [&](u64 total) { return top_p_target(prm.top_p, total); };
     if (!find_cut(c1, mass, mass_of_key, top_p, x_of,
                   bucket_scale(fmaxf(x_floor, kMinMassLogRatio)), n, start, vocab, sm, cl, &pk,
                   &pcut)) {
