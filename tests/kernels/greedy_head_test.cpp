@@ -570,6 +570,14 @@ TEST(GreedyHead, CallsOutsideTheContractStop) {
     if (which == 2) b.logits = nullptr;
     EXPECT_DEATH(topk_logits(b, nullptr), "topk_logits: null buffer");
   }
+  // A candidate list is all three buffers or none.
+  std::vector<uint32_t> count(2);
+  std::vector<int32_t> ids(2 * kSampleCandidates);
+  b = a;
+  b.cand_count = count.data();
+  EXPECT_DEATH(topk_logits(b, nullptr), "topk_logits: a candidate list needs");
+  b.cand_ids = ids.data();
+  EXPECT_DEATH(topk_logits(b, nullptr), "topk_logits: a candidate list needs");
 }
 
 }  // namespace

@@ -541,6 +541,9 @@ void topk_logits(const GreedyPickArgs& a, cudaStream_t s) {
   const size_t smem = check_pick(a, "topk_logits");
   FLINT_CHECK(a.top_k != nullptr && a.maxima != nullptr && a.logits != nullptr,
               "topk_logits: null buffer");
+  FLINT_CHECK((a.cand_count == nullptr) == (a.cand_ids == nullptr) &&
+                  (a.cand_count == nullptr) == (a.cand_logits == nullptr),
+              "topk_logits: a candidate list needs its count, ids and logits");
   static const bool configured = [] {
     for (const auto kernel : {greedy_pick_kernel<true>, topk_fill_kernel}) {
       FLINT_CUDA_CHECK(
