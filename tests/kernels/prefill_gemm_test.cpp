@@ -123,15 +123,21 @@ TEST(PrefillGemm, CublasBf16MatchesCpuLinear) {
   }
 }
 
+// Both tile kernels: warpgroup MMAs (the default on Hopper) and mma.sync (gemm_use_wgmma).
 TEST(PrefillGemm, TensorCoreBf16AndNvfp4MatchCpuLinear) {
   FLINT_REQUIRE_GPU();
-  for (auto [rows, out, in] :
-       {std::tuple{1, 64, 64}, {7, 200, 128}, {129, 129, 192}, {300, 520, 256}, {17, 8, 64}}) {
-    check_gemm(DType::kNVFP4, 0.37f, rows, out, in, false);
-    check_gemm(DType::kBF16, 0.5f, rows, out, in, true);  // scaled BF16 takes our kernel
-    check_gemm(DType::kBF16, 1.0f, rows, out, in, false);
+  for (bool wgmma : {true, false}) {
+    SCOPED_TRACE(wgmma ? "wgmma kernel" : "mma.sync kernel");
+    gemm_use_wgmma(wgmma);
+    for (auto [rows, out, in] :
+         {std::tuple{1, 64, 64}, {7, 200, 128}, {129, 129, 192}, {300, 520, 256}, {17, 8, 64}}) {
+      check_gemm(DType::kNVFP4, 0.37f, rows, out, in, false);
+      check_gemm(DType::kBF16, 0.5f, rows, out, in, true);  // scaled BF16 takes our kernel
+      check_gemm(DType::kBF16, 1.0f, rows, out, in, false);
+    }
+    check_gemm(DType::kNVFP4, 1.0f, 40, 96, 1024, false, /*every_scale_byte=*/true);
   }
-  check_gemm(DType::kNVFP4, 1.0f, 40, 96, 1024, false, /*every_scale_byte=*/true);
+  gemm_use_wgmma(true);  // the default
 }
 
 TEST(PrefillGemm, DequantizedNvfp4ThroughCublasMatchesCpuLinear) {
@@ -180,31 +186,35 @@ TEST(PrefillGemm, RouterSgemmMatchesCpuLinear) {
 
 TEST(PrefillGemm, GatedMatchesCpuSwiGlu) {
   FLINT_REQUIRE_GPU();
-  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
-    for (auto [rows, inter, in] : {std::tuple{1, 64, 64}, {130, 200, 128}, {257, 512, 192}}) {
-      SCOPED_TRACE(fmt::format("dtype={} rows={} inter={} in={}", dt, rows, inter, in));
-      const auto gb = random_weight(dt, inter, in, 11), ub = random_weight(dt, inter, in, 12);
-      const model::Linear gl{ConstTensorView(gb.data(), dt, {inter, in}), 0.8f};
-      const model::Linear ul{ConstTensorView(ub.data(), dt, {inter, in}), 1.25f};
-      const auto x = round_bf16(random_floats(int64_t(rows) * in, 3 + rows));
-      std::vector<float> g(int64_t(rows) * inter), u(g.size()), want(g.size());
-      ThreadPool pool(2);
-      cpu::linear(g.data(), x.data(), rows, gl, pool);
-      cpu::linear(u.data(), x.data(), rows, ul, pool);
-      for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-      DeviceWeights owner;
-      auto gr = owner.add_linear(gl, nullptr);
-      auto ur = owner.add_linear(ul, nullptr);
-      ASSERT_TRUE(gr.has_value() && ur.has_value());
-      DeviceArray<uint16_t> dx(to_bf16_bits(x)), dact(g.size());
-      gemm_gated(reinterpret_cast<__nv_bfloat16*>(dact.get()), inter,
-                 reinterpret_cast<const __nv_bfloat16*>(dx.get()), in, rows, *gr, *ur, nullptr);
-      const auto bits = dact.to_host();
-      std::vector<float> got(bits.size());
-      for (size_t i = 0; i < bits.size(); ++i) got[i] = bf16_to_f32(bits[i]);
-      EXPECT_LE(testing::worst_ratio(got, want, 1e-2, 1e-2), 1.0);
+  for (const bool wgmma : {true, false})
+    for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+      gemm_use_wgmma(wgmma);
+      SCOPED_TRACE(wgmma ? "wgmma kernel" : "mma.sync kernel");
+      for (auto [rows, inter, in] : {std::tuple{1, 64, 64}, {130, 200, 128}, {257, 512, 192}}) {
+        SCOPED_TRACE(fmt::format("dtype={} rows={} inter={} in={}", dt, rows, inter, in));
+        const auto gb = random_weight(dt, inter, in, 11), ub = random_weight(dt, inter, in, 12);
+        const model::Linear gl{ConstTensorView(gb.data(), dt, {inter, in}), 0.8f};
+        const model::Linear ul{ConstTensorView(ub.data(), dt, {inter, in}), 1.25f};
+        const auto x = round_bf16(random_floats(int64_t(rows) * in, 3 + rows));
+        std::vector<float> g(int64_t(rows) * inter), u(g.size()), want(g.size());
+        ThreadPool pool(2);
+        cpu::linear(g.data(), x.data(), rows, gl, pool);
+        cpu::linear(u.data(), x.data(), rows, ul, pool);
+        for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        DeviceWeights owner;
+        auto gr = owner.add_linear(gl, nullptr);
+        auto ur = owner.add_linear(ul, nullptr);
+        ASSERT_TRUE(gr.has_value() && ur.has_value());
+        DeviceArray<uint16_t> dx(to_bf16_bits(x)), dact(g.size());
+        gemm_gated(reinterpret_cast<__nv_bfloat16*>(dact.get()), inter,
+                   reinterpret_cast<const __nv_bfloat16*>(dx.get()), in, rows, *gr, *ur, nullptr);
+        const auto bits = dact.to_host();
+        std::vector<float> got(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i) got[i] = bf16_to_f32(bits[i]);
+        EXPECT_LE(testing::worst_ratio(got, want, 1e-2, 1e-2), 1.0);
+      }
     }
-  }
+  gemm_use_wgmma(true);  // the default
 }
 
 }  // namespace

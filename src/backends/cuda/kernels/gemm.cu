@@ -1,35 +1,48 @@
-// Prefill-size linear layers: cuBLAS for plain BF16 weights, and a tensor-core tile kernel
-// (mma.sync m16n8k16, bf16 x bf16 -> f32) whose weight tiles are decoded from NVFP4 (exactly: an
-// E2M1 x UE4M3 product has at most 6 significant bits) or copied from BF16 into shared memory.
+// Prefill-size linear layers: cuBLAS for plain BF16 weights, and tensor-core tile kernels (bf16 x
+// bf16 -> f32; warpgroup MMAs for 128-row tiles on Hopper, mma.sync m16n8k16 for 32-row tiles and
+// on other devices) whose weight tiles are decoded from NVFP4 (exactly: an E2M1 x UE4M3 product
+// has at most 6 significant bits) or copied from BF16 into shared memory.
 // Reference: backends/cpu/ops/linear.cpp   Test: tests/kernels/prefill_gemm_test.cpp
 #include <algorithm>
+#include <atomic>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
 #include "backends/cuda/kernels/gemm.h"
 #include "backends/cuda/kernels/mma.cuh"
+#include "backends/cuda/kernels/wgmma.cuh"
 
 namespace flint::cuda {
 namespace {
 
-// Stores 16 floats as bf16 with two 16-byte writes (dst 16-byte aligned).
-__device__ __forceinline__ void store16_bf16(__nv_bfloat16* dst, const float* v) {
-  uint4 o0, o1;
-  o0.x = dev::pack_bf16(v[0], v[1]);
-  o0.y = dev::pack_bf16(v[2], v[3]);
-  o0.z = dev::pack_bf16(v[4], v[5]);
-  o0.w = dev::pack_bf16(v[6], v[7]);
-  o1.x = dev::pack_bf16(v[8], v[9]);
-  o1.y = dev::pack_bf16(v[10], v[11]);
-  o1.z = dev::pack_bf16(v[12], v[13]);
-  o1.w = dev::pack_bf16(v[14], v[15]);
-  *reinterpret_cast<uint4*>(dst) = o0;
-  *reinterpret_cast<uint4*>(dst + 8) = o1;
+// 8 floats as bf16 into one 16-byte chunk (dst 16-byte aligned).
+__device__ __forceinline__ void store8_bf16(void* dst, const float* v) {
+  uint4 o;
+  o.x = dev::pack_bf16(v[0], v[1]);
+  o.y = dev::pack_bf16(v[2], v[3]);
+  o.z = dev::pack_bf16(v[4], v[5]);
+  o.w = dev::pack_bf16(v[6], v[7]);
+  *reinterpret_cast<uint4*>(dst) = o;
 }
 
-// A block is 8 warps, 2 along the activation rows and 4 along the weight rows; each warp holds
-// kMT 16-row m-tiles, so a block covers kBM = 32 kMT activation rows: kMT = 4 (kGemmTileRows) for
-// dense and large grouped problems, kMT = 1 (kGemmSmallTileRows) for experts with few rows each.
+// The 16 weights of an NVFP4 sub-block (8 code bytes in w0, w1; d its scale, half the UE4M3
+// value) in order, without the row scale; lut: the doubled E2M1 table (init_e2m1_lut).
+__device__ __forceinline__ void decode_nvfp4_16(uint32_t w0, uint32_t w1, float d, const float* lut,
+                                                float (&v)[16]) {
+  const uint32_t words[2] = {w0, w1};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t b = (words[j >> 2] >> (8 * (j & 3))) & 0xffu;
+    v[j] = lut[b & 15u] * d;  // low nibbles: the sub-block's first 8 weights
+    v[j + 8] = lut[b >> 4] * d;
+  }
+}
+
+// A block is 8 warps (256 threads). The mma.sync kernel: 2 warps along the activation rows and 4
+// along the weight rows; each warp holds kMT 16-row m-tiles, so a block covers kBM = 32 kMT
+// activation rows: kMT = 4 (kGemmTileRows) for dense and large grouped problems where the wgmma
+// kernel does not run (devices other than Hopper), kMT = 1 (kGemmSmallTileRows) for experts with
+// few rows each.
 constexpr int kBN = 128;  // weight rows per block (gated: 64 gate + 64 up)
 constexpr int kBK = 64;
 constexpr int kLd = kBK + 8;  // padded smem row (144 bytes): ldmatrix rows hit distinct banks
@@ -98,15 +111,10 @@ __global__ void dequantize_nvfp4_kernel(__nv_bfloat16* out, const LinearRef w, i
   const float d = dev::ue4m3_half(w.sc[row * per_row + sb]) * dev::row_scale(w, row);
   const uint2 q =
       *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.w) + row * (w.in / 2) + sb * 8);
-  const uint32_t words[2] = {q.x, q.y};
   float v[16];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t b = (words[j >> 2] >> (8 * (j & 3))) & 0xffu;
-    v[j] = lut[b & 15u] * d;
-    v[j + 8] = lut[b >> 4] * d;
-  }
-  store16_bf16(out + row * w.in + sb * 16, v);
+  decode_nvfp4_16(q.x, q.y, d, lut, v);
+  store8_bf16(out + row * w.in + sb * 16, v);
+  store8_bf16(out + row * w.in + sb * 16 + 8, v + 8);
 }
 
 // The weight row behind smem row i of the tile (gated: rows 0-63 gate, 64-127 up), or -1.
@@ -124,18 +132,19 @@ __device__ __forceinline__ int64_t weight_row(const GemmParams& p, int n0, int i
   return int64_t(expert) * p.w0.out + n;
 }
 
-template <DType WT, bool kGated, int kMT>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
-  constexpr int kBM = tile_rows<kMT>();  // activation rows per block
-  constexpr int kStageElems = stage_elems<kMT>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  float* lut = reinterpret_cast<float*>(smem_raw + 2 * kStageElems * 2);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int expert = 0, m0, m1;
+// What both tile kernels share: which rows a block owns, how its k tiles reach shared memory and
+// what its epilogue writes. A tile in shared memory is kRows rows of kBK = 64 bf16, eight 16-byte
+// chunks a row; each kernel places chunk (row, kc) where its MMAs read it best (`Dst`: (row, kc)
+// -> shared address). Copies go 8 threads to a row (one 128-byte request).
+
+// The block's expert and activation rows [m0, m1) (kBM rows a dense block); false for a grouped
+// problem's padding tile.
+template <int kBM>
+__device__ __forceinline__ bool block_rows(const GemmParams& p, int& expert, int& m0, int& m1) {
+  expert = 0;
   if (p.groups.tiles != nullptr) {
     const int4 t = p.groups.tiles[blockIdx.x];
-    if (t.x < 0) return;
+    if (t.x < 0) return false;
     expert = t.x;
     m0 = t.y;
     m1 = t.z;
@@ -143,80 +152,143 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
     m0 = blockIdx.x * kBM;
     m1 = min(p.rows, m0 + kBM);
   }
-  const int n0 = blockIdx.y * (kGated ? kBN / 2 : kBN);
-  const int K = static_cast<int>(p.w0.in);
-  const int num_k_tiles = (K + kBK - 1) / kBK;
-  if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
+  return true;
+}
 
-  // Activation tile: kBM rows x 64 bf16 = 8 kBM 16-byte chunks, kMT per thread.
-  auto load_x = [&](int stage, int kt) {
-    __nv_bfloat16* xs = smem + stage * kStageElems;
+// Activation rows m0.. (kBM of them, zeros past m1 and past K) of k tile kt.
+template <int kBM, class Dst>
+__device__ __forceinline__ void copy_x_tile(const GemmParams& p, int m0, int m1, int kt, Dst dst) {
+  const int K = static_cast<int>(p.w0.in);
 #pragma unroll
-    for (int j = 0; j < kBM * (kBK / 8) / kThreads; ++j) {
-      const int c = tid + j * kThreads;
-      const int r = c >> 3, kc = (c & 7) * 8;
-      const int m = m0 + r;
-      const int k = kt * kBK + kc;
-      const bool ok = m < m1 && k < K;
-      const __nv_bfloat16* src = p.x;
-      if (ok) {
-        const int64_t xr = p.groups.gather != nullptr ? p.groups.gather[m] : m;
-        src = p.x + xr * p.x_stride + k;
-      }
-      dev::cp_async16(xs + r * kLd + kc, src, ok);
+  for (int j = 0; j < kBM * (kBK / 8) / kThreads; ++j) {
+    const int c = threadIdx.x + j * kThreads;
+    const int r = c >> 3, kc = c & 7;
+    const int m = m0 + r;
+    const int k = kt * kBK + kc * 8;
+    const bool ok = m < m1 && k < K;
+    const __nv_bfloat16* src = p.x;
+    if (ok) {
+      const int64_t xr = p.groups.gather != nullptr ? p.groups.gather[m] : m;
+      src = p.x + xr * p.x_stride + k;
     }
-  };
-  // BF16 weight tile: the same shape, straight copies.
-  auto load_w_bf16 = [&](int stage, int kt) {
-    __nv_bfloat16* ws = smem + stage * kStageElems + kBM * kLd;
+    dev::cp_async16(dst(r, kc), src, ok);
+  }
+}
+
+// The block's kBN BF16 weight rows (weight_row) of k tile kt, straight copies.
+template <bool kGated, class Dst>
+__device__ __forceinline__ void copy_w_tile_bf16(const GemmParams& p, int n0, int expert, int kt,
+                                                 Dst dst) {
+  const int K = static_cast<int>(p.w0.in);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = tid + j * kThreads;
-      const int i = c >> 3, kc = (c & 7) * 8;
-      bool up;
-      const int64_t row = weight_row<kGated>(p, n0, i, expert, up);
-      const int k = kt * kBK + kc;
-      const bool ok = row >= 0 && k < K;
-      const auto* base = static_cast<const __nv_bfloat16*>(up ? p.w1.w : p.w0.w);
-      const void* src = ok ? static_cast<const void*>(base + row * K + k) : p.w0.w;
-      dev::cp_async16(ws + i * kLd + kc, src, ok);
-    }
-  };
-  // NVFP4 weight tile: each thread owns 32 elements of one row (16 code bytes, 2 scales), loaded
-  // into registers one tile ahead and decoded into shared memory after the compute.
-  uint4 q4 = make_uint4(0, 0, 0, 0);
-  uint32_t sc2 = 0;
-  auto fetch_w_nvfp4 = [&](int kt) {
-    const int i = tid >> 1, half = tid & 1;
+  for (int j = 0; j < kBN * (kBK / 8) / kThreads; ++j) {
+    const int c = threadIdx.x + j * kThreads;
+    const int i = c >> 3, kc = c & 7;
     bool up;
     const int64_t row = weight_row<kGated>(p, n0, i, expert, up);
-    if (row < 0) {
-      q4 = make_uint4(0, 0, 0, 0);
-      sc2 = 0;
-      return;
+    const int k = kt * kBK + kc * 8;
+    const bool ok = row >= 0 && k < K;
+    const auto* base = static_cast<const __nv_bfloat16*>(up ? p.w1.w : p.w0.w);
+    const void* src = ok ? static_cast<const void*>(base + row * K + k) : p.w0.w;
+    dev::cp_async16(dst(i, kc), src, ok);
+  }
+}
+
+// NVFP4 weight tiles: thread t owns 32 weights of smem row t / 2 (k half t % 2: 16 code bytes, two
+// sub-block scales; a warp reads 16 whole 32-byte sectors), fetched into registers a tile ahead
+// and decoded into shared memory as bf16 (exact: an E2M1 x UE4M3 product has at most 6
+// significant bits) after the next products are issued.
+struct Nvfp4Slice {
+  uint4 q;
+  uint32_t sc;
+};
+template <bool kGated>
+__device__ __forceinline__ Nvfp4Slice fetch_nvfp4_slice(const GemmParams& p, int n0, int expert,
+                                                        int kt) {
+  const int i = threadIdx.x >> 1, half = threadIdx.x & 1;
+  bool up;
+  const int64_t row = weight_row<kGated>(p, n0, i, expert, up);
+  if (row < 0) return {make_uint4(0, 0, 0, 0), 0};
+  const int K = static_cast<int>(p.w0.in);
+  const int k = kt * kBK + half * 32;
+  const auto* codes = static_cast<const uint8_t*>(up ? p.w1.w : p.w0.w);
+  const uint8_t* scales = up ? p.w1.sc : p.w0.sc;
+  return {__ldg(reinterpret_cast<const uint4*>(codes + row * (K / 2) + k / 2)),
+          __ldg(reinterpret_cast<const uint16_t*>(scales + row * (K / 16) + k / 16))};
+}
+template <class Dst>
+__device__ __forceinline__ void store_nvfp4_slice(const Nvfp4Slice& s, const float* lut, Dst dst) {
+  const int i = threadIdx.x >> 1, half = threadIdx.x & 1;
+  const uint32_t words[4] = {s.q.x, s.q.y, s.q.z, s.q.w};
+#pragma unroll
+  for (int sb = 0; sb < 2; ++sb) {
+    float v[16];
+    decode_nvfp4_16(words[2 * sb], words[2 * sb + 1], dev::ue4m3_half((s.sc >> (8 * sb)) & 0xffu),
+                    lut, v);
+    store8_bf16(dst(i, 4 * half + 2 * sb), v);
+    store8_bf16(dst(i, 4 * half + 2 * sb + 1), v + 8);
+  }
+}
+
+// Output columns n, n + 1 of activation row m < m1 from their dot products: gated (d: gate, u: up
+// rows), bf16(silu(d s_gate) u s_up) to the activation; else y (f32) = (y +) d s rw, rw the row's
+// routing weight. Columns past W.out are skipped.
+template <bool kGated>
+__device__ __forceinline__ void store_pair(const GemmParams& p, int expert, int m, int n, float rw,
+                                           float d0, float d1, float u0, float u1) {
+  const LinearRef& W0 = p.w0;
+  const float d[2] = {d0, d1};
+  if constexpr (kGated) {
+    const float u[2] = {u0, u1};
+    float o[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t row = n + e < W0.out ? int64_t(expert) * W0.out + n + e : 0;
+      o[e] = dev::silu(d[e] * dev::row_scale(W0, row)) * (u[e] * dev::row_scale(p.w1, row));
     }
-    const int k = kt * kBK + half * 32;
-    const auto* codes = static_cast<const uint8_t*>(up ? p.w1.w : p.w0.w);
-    const uint8_t* scales = up ? p.w1.sc : p.w0.sc;
-    q4 = __ldg(reinterpret_cast<const uint4*>(codes + row * (K / 2) + k / 2));
-    sc2 = __ldg(reinterpret_cast<const uint16_t*>(scales + row * (K / 16) + k / 16));
+    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.y) + int64_t(m) * p.y_stride + n;
+    if (n + 1 < W0.out && ((int64_t(m) * p.y_stride + n) & 1) == 0) {
+      *reinterpret_cast<uint32_t*>(dst) = dev::pack_bf16(o[0], o[1]);
+    } else {
+      if (n < W0.out) dst[0] = __float2bfloat16_rn(o[0]);
+      if (n + 1 < W0.out) dst[1] = __float2bfloat16_rn(o[1]);
+    }
+  } else {
+    float* dst = static_cast<float*>(p.y) + int64_t(m) * p.y_stride + n;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (n + e >= W0.out) continue;
+      const float v = d[e] * dev::row_scale(W0, int64_t(expert) * W0.out + n + e) * rw;
+      dst[e] = p.accumulate ? dst[e] + v : v;
+    }
+  }
+}
+
+__device__ __forceinline__ float row_weight(const GemmParams& p, int m) {
+  return p.groups.row_weight != nullptr ? p.groups.row_weight[m] : 1.0f;
+}
+
+// The mma.sync kernel: two stages in padded rows (kLd), read by ldmatrix.
+template <DType WT, bool kGated, int kMT>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
+  constexpr int kBM = tile_rows<kMT>();  // activation rows per block
+  constexpr int kStageElems = stage_elems<kMT>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  float* lut = reinterpret_cast<float*>(smem_raw + 2 * kStageElems * 2);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int expert, m0, m1;
+  if (!block_rows<kBM>(p, expert, m0, m1)) return;
+  const int n0 = blockIdx.y * (kGated ? kBN / 2 : kBN);
+  const int num_k_tiles = static_cast<int>((p.w0.in + kBK - 1) / kBK);
+  if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
+  auto x_at = [&](int stage) {
+    return [xs = smem + stage * kStageElems](int r, int kc) { return xs + r * kLd + kc * 8; };
   };
-  auto store_w_nvfp4 = [&](int stage) {
-    const int i = tid >> 1, half = tid & 1;
-    __nv_bfloat16* dst = smem + stage * kStageElems + kBM * kLd + i * kLd + half * 32;
-    const uint32_t words[4] = {q4.x, q4.y, q4.z, q4.w};
-#pragma unroll
-    for (int sb = 0; sb < 2; ++sb) {
-      const float d = dev::ue4m3_half((sc2 >> (8 * sb)) & 0xffu);
-      float v[16];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const uint32_t b = (words[sb * 2 + (j >> 2)] >> (8 * (j & 3))) & 0xffu;
-        v[j] = lut[b & 15u] * d;
-        v[j + 8] = lut[b >> 4] * d;
-      }
-      store16_bf16(dst + sb * 16, v);
-    }
+  auto w_at = [&](int stage) {
+    return [ws = smem + stage * kStageElems + kBM * kLd](int r, int kc) {
+      return ws + r * kLd + kc * 8;
+    };
   };
 
   float acc[kMT][4][4];
@@ -232,13 +304,13 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   const int wrow0 = kGated ? wn * 16 : wn * 32;
   const int wrow1 = kGated ? 64 + wn * 16 : wn * 32 + 16;
 
-  load_x(0, 0);
-  if (WT == DType::kBF16) load_w_bf16(0, 0);
+  copy_x_tile<kBM>(p, m0, m1, 0, x_at(0));
+  if (WT == DType::kBF16) copy_w_tile_bf16<kGated>(p, n0, expert, 0, w_at(0));
   dev::cp_async_commit();
+  Nvfp4Slice slice{};
   if (WT == DType::kNVFP4) {
     __syncthreads();  // the LUT
-    fetch_w_nvfp4(0);
-    store_w_nvfp4(0);
+    store_nvfp4_slice(fetch_nvfp4_slice<kGated>(p, n0, expert, 0), lut, w_at(0));
   }
   dev::cp_async_wait<0>();
   __syncthreads();
@@ -247,10 +319,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
     const int stage = kt & 1;
     const bool more = kt + 1 < num_k_tiles;
     if (more) {
-      load_x(stage ^ 1, kt + 1);
-      if (WT == DType::kBF16) load_w_bf16(stage ^ 1, kt + 1);
+      copy_x_tile<kBM>(p, m0, m1, kt + 1, x_at(stage ^ 1));
+      if (WT == DType::kBF16) copy_w_tile_bf16<kGated>(p, n0, expert, kt + 1, w_at(stage ^ 1));
       dev::cp_async_commit();
-      if (WT == DType::kNVFP4) fetch_w_nvfp4(kt + 1);
+      if (WT == DType::kNVFP4) slice = fetch_nvfp4_slice<kGated>(p, n0, expert, kt + 1);
     }
     const __nv_bfloat16* xs = smem + stage * kStageElems;
     const __nv_bfloat16* ws = xs + kBM * kLd;
@@ -277,58 +349,155 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
         }
       }
     }
-    if (more && WT == DType::kNVFP4) store_w_nvfp4(stage ^ 1);
+    if (more && WT == DType::kNVFP4) store_nvfp4_slice(slice, lut, w_at(stage ^ 1));
     dev::cp_async_wait<0>();
     __syncthreads();
   }
 
-  // Epilogue. Thread (g, c) holds rows g and g+8 and columns 2c, 2c+1 of each 16x8 tile.
+  // Epilogue. Thread (g, c) holds rows g and g+8 and columns 2c, 2c+1 of each 16x8 tile (gated:
+  // n-tiles 0-1 the gate rows, 2-3 the up rows of the same columns).
   const int g = lane >> 2, c = lane & 3;
-  const LinearRef& W0 = p.w0;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int m = m0 + wm * (kBM / 2) + mt * 16 + g + hr * 8;
       if (m >= m1) continue;
-      const float rw = p.groups.row_weight != nullptr ? p.groups.row_weight[m] : 1.0f;
-      if (kGated) {
+      const float rw = row_weight(p, m);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int n = n0 + wn * 16 + nt * 8 + 2 * c;
-          float o[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int64_t row = int64_t(expert) * W0.out + n + e;
-            const float gv = acc[mt][nt][hr * 2 + e] * dev::row_scale(W0, n + e < W0.out ? row : 0);
-            const float uv =
-                acc[mt][nt + 2][hr * 2 + e] * dev::row_scale(p.w1, n + e < W0.out ? row : 0);
-            o[e] = dev::silu(gv) * uv;
-          }
-          __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.y) + int64_t(m) * p.y_stride + n;
-          if (n + 1 < W0.out && ((int64_t(m) * p.y_stride + n) & 1) == 0) {
-            *reinterpret_cast<uint32_t*>(dst) = dev::pack_bf16(o[0], o[1]);
-          } else {
-            if (n < W0.out) dst[0] = __float2bfloat16_rn(o[0]);
-            if (n + 1 < W0.out) dst[1] = __float2bfloat16_rn(o[1]);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int n = n0 + wn * 32 + nt * 8 + 2 * c;
-          float* dst = static_cast<float*>(p.y) + int64_t(m) * p.y_stride + n;
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if (n + e >= W0.out) continue;
-            const float v =
-                acc[mt][nt][hr * 2 + e] * dev::row_scale(W0, int64_t(expert) * W0.out + n + e) * rw;
-            dst[e] = p.accumulate ? dst[e] + v : v;
-          }
-        }
+      for (int nt = 0; nt < (kGated ? 2 : 4); ++nt) {
+        const float* d = acc[mt][nt] + hr * 2;
+        const float* u = acc[mt][kGated ? nt + 2 : nt] + hr * 2;
+        store_pair<kGated>(p, expert, m, n0 + wn * (kGated ? 16 : 32) + nt * 8 + 2 * c, rw, d[0],
+                           d[1], u[0], u[1]);
       }
     }
   }
+}
+
+// The 128-row tiles on Hopper (sm_90a): the same problems, tiles, copies, NVFP4 decode and
+// epilogue as gemm_kernel<..., 4>, the products on warpgroup MMAs that read both operands from
+// shared memory. Two warpgroups, each 64 activation rows x the block's 128 weight rows
+// (m64n128k16); tiles of 64 k in kWgStages stages, each [rows, 64] bf16 in the 128-byte-swizzle
+// K-major layout (row after row, chunk kc of row r at chunk kc ^ (r % 8): 8 threads copy one
+// row's 128 bytes, one 4-sector request, without bank conflicts; tiles 1024-byte aligned).
+// Why (thirty-third session, H200, 8K-token prefill chunk, MoE experts): BF16 94.0 ms against
+// 123.0 on mma.sync, NVFP4 126.8 against 130.2 (gemm_kernel: L1/shared memory 77% busy with
+// ldmatrix and tile writes, the tensor pipe 36%). Measured and dropped: the no-swizzle layout
+// (its conflict-free copy order has each 8-thread phase read 8 rows: L2 94% busy, BF16 182 ms)
+// and keeping one batch of products in flight across the next tile's barrier
+// (wgmma.wait_group 1, tiles one ahead: BF16 103.6 ms).
+constexpr int kWgStages = 3;
+constexpr int kWgTileBytes = kGemmTileRows * kBK * 2;  // 16 KB: x tile, then the weight tile
+static_assert(kBN == kGemmTileRows, "the wgmma kernel's weight tile has the x tile's shape");
+// + 1024: the tiles start at the first 1024-byte boundary (the swizzle's 8-row atoms).
+constexpr int kWgSmem = kWgStages * 2 * kWgTileBytes + 16 * 4 + 1024;
+
+template <DType WT, bool kGated>
+__global__ void __launch_bounds__(kThreads, 2) gemm_wgmma_kernel(const GemmParams p) {
+#if FLINT_WGMMA
+  extern __shared__ __align__(128) unsigned char smem_dyn[];
+  unsigned char* smem_raw =
+      smem_dyn +
+      ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_dyn)) & 1023)) & 1023);
+  float* lut = reinterpret_cast<float*>(smem_raw + kWgStages * 2 * kWgTileBytes);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  int expert, m0, m1;
+  if (!block_rows<kGemmTileRows>(p, expert, m0, m1)) return;
+  const int n0 = blockIdx.y * (kGated ? kBN / 2 : kBN);
+  const int num_k_tiles = static_cast<int>((p.w0.in + kBK - 1) / kBK);
+  if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
+  auto tile_at = [&](int stage, int which) {  // which: 0 the x tile, 1 the weight tile
+    return [t = smem_raw + (stage * 2 + which) * kWgTileBytes](int r, int kc) {
+      return t + r * 128 + ((kc ^ (r & 7)) << 4);
+    };
+  };
+  auto request = [&](int kt) {  // tile kt's copies (BF16 weights too), into stage kt % kWgStages
+    copy_x_tile<kGemmTileRows>(p, m0, m1, kt, tile_at(kt % kWgStages, 0));
+    if (WT == DType::kBF16) copy_w_tile_bf16<kGated>(p, n0, expert, kt, tile_at(kt % kWgStages, 1));
+  };
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+
+  // Tiles 0 .. kWgStages - 2 in flight before the loop; in iteration kt, once tile kt has landed
+  // and both warpgroups' products of tile kt - 1 are done (its stage is refilled), tile
+  // kt + kWgStages - 1 is requested. One cp.async group per tile (empty past the end). NVFP4
+  // weights: decoded from registers fetched an iteration earlier.
+  constexpr int kAhead = kWgStages - 1;
+  Nvfp4Slice slice{};
+  if (WT == DType::kNVFP4) __syncthreads();  // the LUT
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    if (j < num_k_tiles) {
+      request(j);
+      if (WT == DType::kNVFP4) {
+        store_nvfp4_slice(fetch_nvfp4_slice<kGated>(p, n0, expert, j), lut, tile_at(j, 1));
+      }
+    }
+    dev::cp_async_commit();
+  }
+  if (WT == DType::kNVFP4 && kAhead < num_k_tiles) {
+    slice = fetch_nvfp4_slice<kGated>(p, n0, expert, kAhead);
+  }
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  for (int kt = 0; kt < num_k_tiles; ++kt) {
+    const int stage = kt % kWgStages;
+    dev::cp_async_wait<kWgStages - 2>();
+    dev::fence_proxy_async_smem();  // this thread's copies and stores, before wgmma reads them
+    __syncthreads();
+    const int next = kt + kAhead;
+    const bool more = next < num_k_tiles;
+    if (more) request(next);
+    dev::cp_async_commit();
+    const uint32_t xa = sbase + uint32_t(stage * 2 * kWgTileBytes + wg * 64 * 128);
+    const uint32_t wb = sbase + uint32_t(stage * 2 * kWgTileBytes + kWgTileBytes);
+    dev::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {  // k16 steps: 32 bytes further inside the atoms
+      dev::wgmma_m64n128k16_ss(acc, dev::wgmma_desc_sw128(xa + ks * 32),
+                               dev::wgmma_desc_sw128(wb + ks * 32), true);
+    }
+    dev::wgmma_commit();
+    if (more && WT == DType::kNVFP4) {
+      store_nvfp4_slice(slice, lut, tile_at(next % kWgStages, 1));
+      if (next + 1 < num_k_tiles) slice = fetch_nvfp4_slice<kGated>(p, n0, expert, next + 1);
+    }
+    dev::wgmma_wait<0>();
+    dev::wgmma_fence_operand(acc);
+  }
+  dev::cp_async_wait<0>();
+
+  // Epilogue: warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) + g and + 8, and in n8 tile j
+  // the columns 8 j + 2 c, + 1 (gated: tiles 0-7 the gate, 8-15 the up rows of the same columns).
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int m = m0 + wg * 64 + (warp & 3) * 16 + g + hr * 8;
+    if (m >= m1) continue;
+    const float rw = row_weight(p, m);
+#pragma unroll
+    for (int j = 0; j < (kGated ? 8 : 16); ++j) {
+      const float* d = acc + j * 4 + hr * 2;
+      const float* u = acc + (kGated ? j + 8 : j) * 4 + hr * 2;
+      store_pair<kGated>(p, expert, m, n0 + j * 8 + 2 * c, rw, d[0], d[1], u[0], u[1]);
+    }
+  }
+#endif
+}
+
+template <DType WT, bool kGated>
+void launch_wgmma(const GemmParams& p, int grid_x, cudaStream_t s) {
+  static const bool configured = [] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<WT, kGated>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmem));
+    return true;
+  }();
+  (void)configured;
+  const int n_per_block = kGated ? kBN / 2 : kBN;
+  const dim3 grid(grid_x, static_cast<unsigned>(ceil_div(p.w0.out, n_per_block)));
+  gemm_wgmma_kernel<WT, kGated><<<grid, kThreads, kWgSmem, s>>>(p);
 }
 
 template <DType WT, bool kGated, int kMT>
@@ -345,10 +514,14 @@ void launch_kernel(const GemmParams& p, int grid_x, cudaStream_t s) {
   gemm_kernel<WT, kGated, kMT><<<grid, kThreads, kSmem, s>>>(p);
 }
 
+std::atomic<bool> g_use_wgmma{true};
+
 template <DType WT, bool kGated>
 void launch_tiles(const GemmParams& p, int grid_x, cudaStream_t s) {
   if (p.groups.tiles != nullptr && p.groups.tile_rows == kGemmSmallTileRows) {
     launch_kernel<WT, kGated, 1>(p, grid_x, s);
+  } else if (device_is_sm90() && g_use_wgmma.load(std::memory_order_relaxed)) {
+    launch_wgmma<WT, kGated>(p, grid_x, s);
   } else {
     launch_kernel<WT, kGated, 4>(p, grid_x, s);
   }
@@ -388,6 +561,8 @@ void check_gated(const LinearRef& gate, const LinearRef& up, const char* what) {
 }
 
 }  // namespace
+
+void gemm_use_wgmma(bool on) { g_use_wgmma.store(on, std::memory_order_relaxed); }
 
 void cast_to_bf16(__nv_bfloat16* out, int64_t out_stride, const float* x, int64_t x_stride,
                   int rows, int64_t cols, cudaStream_t s) {

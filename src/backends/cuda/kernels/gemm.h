@@ -1,8 +1,8 @@
 // Prefill-size linear layers with bf16 activations and f32 accumulation: cuBLAS for plain BF16
-// weights, and our own mma.sync tensor-core kernel for NVFP4 (W4A16: E2M1 x UE4M3 decoded to bf16
-// in shared memory, exact; the per-row global scale applied in the epilogue), for scaled BF16, for
-// the fused SwiGLU gate|up and for expert groups (moe_grouped.h). Test:
-// tests/kernels/prefill_gemm_test.cpp
+// weights, and our own tensor-core kernels (warpgroup MMAs on Hopper, mma.sync elsewhere) for NVFP4
+// (W4A16: E2M1 x UE4M3 decoded to bf16 in shared memory, exact; the per-row global scale applied in
+// the epilogue), for scaled BF16, for the fused SwiGLU gate|up and for expert groups
+// (moe_grouped.h). Test: tests/kernels/prefill_gemm_test.cpp
 #pragma once
 
 #include <cublas_v2.h>
@@ -21,6 +21,11 @@ namespace flint::cuda {
 // rows does not pay for 128.
 inline constexpr int kGemmTileRows = 128;
 inline constexpr int kGemmSmallTileRows = 32;
+
+// Whether tiles of kGemmTileRows run on the warpgroup-MMA kernel on Hopper (the default) or on the
+// mma.sync kernel (which other devices always use): a process-wide switch, for tests and
+// measurements of both.
+void gemm_use_wgmma(bool on);
 
 // out[r, c] = bf16(x[r, c]). x: [rows, cols] f32 (row stride x_stride); out: bf16 (out_stride).
 void cast_to_bf16(__nv_bfloat16* out, int64_t out_stride, const float* x, int64_t x_stride,
