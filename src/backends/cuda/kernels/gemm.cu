@@ -26,16 +26,11 @@ __device__ __forceinline__ void store8_bf16(void* dst, const float* v) {
 }
 
 // The 16 weights of an NVFP4 sub-block (8 code bytes in w0, w1; d its scale, half the UE4M3
-// value) in order, without the row scale; lut: the doubled E2M1 table (init_e2m1_lut).
-__device__ __forceinline__ void decode_nvfp4_16(uint32_t w0, uint32_t w1, float d, const float* lut,
-                                                float (&v)[16]) {
-  const uint32_t words[2] = {w0, w1};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t b = (words[j >> 2] >> (8 * (j & 3))) & 0xffu;
-    v[j] = lut[b & 15u] * d;  // low nibbles: the sub-block's first 8 weights
-    v[j + 8] = lut[b >> 4] * d;
-  }
+// value, ue4m3_half) in order, without the row scale, by register arithmetic (Chunk::decode16).
+// A shared-memory table cost the wgmma kernel's NVFP4 gate/up 38% of its cycles in stalls on
+// the table loads (Nsight Compute, 8K-token prefill chunk).
+__device__ __forceinline__ void decode_nvfp4_16(uint32_t w0, uint32_t w1, float d, float (&v)[16]) {
+  dev::Chunk<DType::kNVFP4>::decode16(w0, w1, 32768.0f * d, v);
 }
 
 // A block is 8 warps (256 threads). The mma.sync kernel: 2 warps along the activation rows and 4
@@ -57,7 +52,7 @@ constexpr int stage_elems() {
 }
 template <int kMT>
 constexpr int smem_bytes() {
-  return 2 * stage_elems<kMT>() * 2 + 16 * 4;
+  return 2 * stage_elems<kMT>() * 2;
 }
 static_assert(tile_rows<4>() == kGemmTileRows && tile_rows<1>() == kGemmSmallTileRows);
 
@@ -101,9 +96,6 @@ __global__ void widen_bf16_kernel(float* out, const __nv_bfloat16* in, int64_t n
 
 // One thread per 16-element NVFP4 sub-block: 8 code bytes and one UE4M3 scale -> 16 bf16.
 __global__ void dequantize_nvfp4_kernel(__nv_bfloat16* out, const LinearRef w, int64_t rows) {
-  __shared__ float lut[16];
-  dev::init_e2m1_lut(lut);
-  __syncthreads();
   const int64_t per_row = w.in / 16;
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= rows * per_row) return;
@@ -112,7 +104,7 @@ __global__ void dequantize_nvfp4_kernel(__nv_bfloat16* out, const LinearRef w, i
   const uint2 q =
       *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.w) + row * (w.in / 2) + sb * 8);
   float v[16];
-  decode_nvfp4_16(q.x, q.y, d, lut, v);
+  decode_nvfp4_16(q.x, q.y, d, v);
   store8_bf16(out + row * w.in + sb * 16, v);
   store8_bf16(out + row * w.in + sb * 16 + 8, v + 8);
 }
@@ -217,14 +209,14 @@ __device__ __forceinline__ Nvfp4Slice fetch_nvfp4_slice(const GemmParams& p, int
           __ldg(reinterpret_cast<const uint16_t*>(scales + row * (K / 16) + k / 16))};
 }
 template <class Dst>
-__device__ __forceinline__ void store_nvfp4_slice(const Nvfp4Slice& s, const float* lut, Dst dst) {
+__device__ __forceinline__ void store_nvfp4_slice(const Nvfp4Slice& s, Dst dst) {
   const int i = threadIdx.x >> 1, half = threadIdx.x & 1;
   const uint32_t words[4] = {s.q.x, s.q.y, s.q.z, s.q.w};
 #pragma unroll
   for (int sb = 0; sb < 2; ++sb) {
     float v[16];
     decode_nvfp4_16(words[2 * sb], words[2 * sb + 1], dev::ue4m3_half((s.sc >> (8 * sb)) & 0xffu),
-                    lut, v);
+                    v);
     store8_bf16(dst(i, 4 * half + 2 * sb), v);
     store8_bf16(dst(i, 4 * half + 2 * sb + 1), v + 8);
   }
@@ -275,13 +267,11 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   constexpr int kStageElems = stage_elems<kMT>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* smem = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  float* lut = reinterpret_cast<float*>(smem_raw + 2 * kStageElems * 2);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int expert, m0, m1;
   if (!block_rows<kBM>(p, expert, m0, m1)) return;
   const int n0 = blockIdx.y * (kGated ? kBN / 2 : kBN);
   const int num_k_tiles = static_cast<int>((p.w0.in + kBK - 1) / kBK);
-  if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
   auto x_at = [&](int stage) {
     return [xs = smem + stage * kStageElems](int r, int kc) { return xs + r * kLd + kc * 8; };
   };
@@ -308,10 +298,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
   if (WT == DType::kBF16) copy_w_tile_bf16<kGated>(p, n0, expert, 0, w_at(0));
   dev::cp_async_commit();
   Nvfp4Slice slice{};
-  if (WT == DType::kNVFP4) {
-    __syncthreads();  // the LUT
-    store_nvfp4_slice(fetch_nvfp4_slice<kGated>(p, n0, expert, 0), lut, w_at(0));
-  }
+  if (WT == DType::kNVFP4) store_nvfp4_slice(fetch_nvfp4_slice<kGated>(p, n0, expert, 0), w_at(0));
   dev::cp_async_wait<0>();
   __syncthreads();
 
@@ -349,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams p) {
         }
       }
     }
-    if (more && WT == DType::kNVFP4) store_nvfp4_slice(slice, lut, w_at(stage ^ 1));
+    if (more && WT == DType::kNVFP4) store_nvfp4_slice(slice, w_at(stage ^ 1));
     dev::cp_async_wait<0>();
     __syncthreads();
   }
@@ -391,7 +378,7 @@ constexpr int kWgStages = 3;
 constexpr int kWgTileBytes = kGemmTileRows * kBK * 2;  // 16 KB: x tile, then the weight tile
 static_assert(kBN == kGemmTileRows, "the wgmma kernel's weight tile has the x tile's shape");
 // + 1024: the tiles start at the first 1024-byte boundary (the swizzle's 8-row atoms).
-constexpr int kWgSmem = kWgStages * 2 * kWgTileBytes + 16 * 4 + 1024;
+constexpr int kWgSmem = kWgStages * 2 * kWgTileBytes + 1024;
 
 template <DType WT, bool kGated>
 __global__ void __launch_bounds__(kThreads, 2) gemm_wgmma_kernel(const GemmParams p) {
@@ -400,13 +387,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wgmma_kernel(const GemmParam
   unsigned char* smem_raw =
       smem_dyn +
       ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_dyn)) & 1023)) & 1023);
-  float* lut = reinterpret_cast<float*>(smem_raw + kWgStages * 2 * kWgTileBytes);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
   int expert, m0, m1;
   if (!block_rows<kGemmTileRows>(p, expert, m0, m1)) return;
   const int n0 = blockIdx.y * (kGated ? kBN / 2 : kBN);
   const int num_k_tiles = static_cast<int>((p.w0.in + kBK - 1) / kBK);
-  if (WT == DType::kNVFP4) dev::init_e2m1_lut(lut);
   auto tile_at = [&](int stage, int which) {  // which: 0 the x tile, 1 the weight tile
     return [t = smem_raw + (stage * 2 + which) * kWgTileBytes](int r, int kc) {
       return t + r * 128 + ((kc ^ (r & 7)) << 4);
@@ -427,13 +412,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wgmma_kernel(const GemmParam
   // weights: decoded from registers fetched an iteration earlier.
   constexpr int kAhead = kWgStages - 1;
   Nvfp4Slice slice{};
-  if (WT == DType::kNVFP4) __syncthreads();  // the LUT
 #pragma unroll
   for (int j = 0; j < kAhead; ++j) {
     if (j < num_k_tiles) {
       request(j);
       if (WT == DType::kNVFP4) {
-        store_nvfp4_slice(fetch_nvfp4_slice<kGated>(p, n0, expert, j), lut, tile_at(j, 1));
+        store_nvfp4_slice(fetch_nvfp4_slice<kGated>(p, n0, expert, j), tile_at(j, 1));
       }
     }
     dev::cp_async_commit();
@@ -461,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_wgmma_kernel(const GemmParam
     }
     dev::wgmma_commit();
     if (more && WT == DType::kNVFP4) {
-      store_nvfp4_slice(slice, lut, tile_at(next % kWgStages, 1));
+      store_nvfp4_slice(slice, tile_at(next % kWgStages, 1));
       if (next + 1 < num_k_tiles) slice = fetch_nvfp4_slice<kGated>(p, n0, expert, next + 1);
     }
     dev::wgmma_wait<0>();
