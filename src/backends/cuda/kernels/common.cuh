@@ -169,20 +169,11 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& r, float (&f)[8]) {
 
 // An NVFP4 sub-scale byte as the repack stores it (weights.cpp: ggml's 0x7F, which decodes to 0,
 // becomes 0x00, and bit 7, which ggml ignores, is cleared), returning half the UE4M3 value (to pair
-// with the doubled E2M1 table). Branch-free: the byte shifted left by 7 is an fp16 whose exponent
-// and mantissa are the UE4M3's, so it reads 2^-8 x the value, subnormals included.
+// with the doubled E2M1 values of Chunk<kNVFP4>::decode2). Branch-free: the byte shifted left by 7
+// is an fp16 whose exponent and mantissa are the UE4M3's, so it reads 2^-8 x the value, subnormals
+// included.
 __device__ __forceinline__ float ue4m3_half(uint32_t x) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>((x & 0x7fu) << 7))) * 128.0f;
-}
-
-// Doubled E2M1 values (ggml kvalues_mxfp4), placed in shared memory by each kernel that decodes.
-__device__ __forceinline__ void init_e2m1_lut(float* lut) {
-  if (threadIdx.x < 16) {
-    const int c = threadIdx.x & 7;
-    const int e = c >> 1, m = c & 1;
-    const float mag = e == 0 ? static_cast<float>(m) : static_cast<float>((2 + m) << (e - 1));
-    lut[threadIdx.x] = threadIdx.x & 8 ? -mag : mag;
-  }
 }
 
 template <DType W>
