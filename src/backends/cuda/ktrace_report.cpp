@@ -37,6 +37,12 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
         row.to_next += us(t[kKtEnd], next);
         row.cycle += us(t[kKtWaitEnd], next);
         row.cycles += 1;
+        const uint64_t last = recs[i + 1].prev_last_end;
+        if (last != 0 && last >= t[kKtEnd] && last <= next) {
+          row.straggle += us(t[kKtEnd], last);
+          row.handoff += us(last, next);
+          row.split_cycles += 1;
+        }
       }
     }
   }
@@ -49,6 +55,10 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
     if (row.cycles > 0) {
       row.to_next /= row.cycles;
       row.cycle /= row.cycles;
+    }
+    if (row.split_cycles > 0) {
+      row.straggle /= row.split_cycles;
+      row.handoff /= row.split_cycles;
     }
     row.per_step = replays.empty() ? 0 : n / static_cast<double>(replays.size());
   }

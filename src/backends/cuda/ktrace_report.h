@@ -19,8 +19,12 @@ struct KTraceRow {
   double seg[3] = {};   // wait end -> mark A -> mark B -> mark C (an unset mark: 0)
   double tail = 0;      // last mark (or wait end) -> end
   double to_next = 0;   // end -> the next launch's wait end (stragglers and the hand-off)
-  double cycle = 0;     // wait end -> the next launch's wait end: what the launch costs the step
-  int cycles = 0;       // launches that had a next one (those cycle and to_next average over)
+  // to_next in two, over the cycles whose next record read the latest warp end (prev_last_end):
+  double straggle = 0;  // block 0's end -> the launch's last warp end
+  double handoff = 0;   // the last warp end -> the next launch's wait end
+  int split_cycles = 0;
+  double cycle = 0;  // wait end -> the next launch's wait end: what the launch costs the step
+  int cycles = 0;    // launches that had a next one (those cycle and to_next average over)
 };
 
 // `replays`: each replay's records in the order they were taken. Kinds in order of first launch.

@@ -56,6 +56,30 @@ TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
   EXPECT_DOUBLE_EQ(a.to_next, 1.0);
 }
 
+TEST(KTraceReport, EndToNextSplitsAtThePreviousLaunchsLastWarpEnd) {
+  std::vector<std::vector<KTraceRecord>> replays = {
+      {record(KTag::kGemv, 320, 1, {1000, 2000, 3000, 0, 4000, 5000, 6000}),
+       record(KTag::kMoeDown, 256, 1, {2500, 3000, 9000, 0, 10000, 11000, 12000}),
+       record(KTag::kGemv, 320, 1, {11000, 11500, 15000, 0, 16000, 17000, 18000}),
+       record(KTag::kMoeDown, 256, 1, {17000, 17500, 21000, 0, 22000, 23000, 24000})},
+  };
+  replays[0][1].prev_last_end = 7500;   // gemv's last warp ended 1.5 us after block 0
+  replays[0][2].prev_last_end = 12000;  // moe_down's block 0 was its last
+  replays[0][3].prev_last_end = 0;      // not read: the second gemv's cycle has no split
+  const std::vector<KTraceRow> rows = summarize_ktrace(replays);
+  ASSERT_EQ(rows.size(), 2u);
+  const KTraceRow& g = rows[0];
+  EXPECT_EQ(g.cycles, 2);
+  EXPECT_DOUBLE_EQ(g.to_next, (3.0 + 3.0) / 2);
+  EXPECT_EQ(g.split_cycles, 1);
+  EXPECT_DOUBLE_EQ(g.straggle, 1.5);
+  EXPECT_DOUBLE_EQ(g.handoff, 1.5);
+  const KTraceRow& d = rows[1];
+  EXPECT_EQ(d.split_cycles, 1);
+  EXPECT_DOUBLE_EQ(d.straggle, 0.0);
+  EXPECT_DOUBLE_EQ(d.handoff, 3.0);
+}
+
 TEST(KTraceReport, NoReplaysGiveNoRows) { EXPECT_TRUE(summarize_ktrace({}).empty()); }
 
 TEST(KTraceReport, EveryTaggedKernelKindHasItsOwnName) {

@@ -1,6 +1,8 @@
 // Device side of the kernel timeline trace (ktrace.h): ktrace_begin(tag) at a traced kernel's
 // first line, ktrace_mark(point) at its marks, ktrace_end() after its block function returns.
-// Only thread 0 of block 0 records. Without FLINT_KTRACE every call is empty.
+// Only thread 0 of block 0 records; at ktrace_end lane 0 of every warp of every block also raises
+// one of the buffer's latest-end slots, whose maximum the next launch's block 0 reads after its
+// wait (the previous launch's stragglers). Without FLINT_KTRACE every call is empty.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +37,9 @@ namespace dev {
 #ifdef FLINT_KTRACE
 struct KtSlot {
   uint32_t slot, check;  // check == ~slot once ktrace_begin took a record in this block
+  // The end slots as block 0 found them after its wait: copied by cp.async at the wait end,
+  // read at ktrace_end, so that the copy's round trip does not hold up the traced block.
+  unsigned long long ends[kKTraceEndSlots];
 };
 __device__ __forceinline__ KtSlot& kt_slot() {
   __shared__ KtSlot s;
@@ -51,6 +56,9 @@ __device__ __forceinline__ uint64_t kt_now() {
 }
 __device__ __forceinline__ KTraceRecord* kt_record(uint32_t i) {
   return reinterpret_cast<KTraceRecord*>(g_ktrace_buf + kKTraceHeaderBytes) + i;
+}
+__device__ __forceinline__ unsigned long long* kt_end_slot(int i) {
+  return reinterpret_cast<unsigned long long*>(g_ktrace_buf + kKTraceEndSlotBytes * (i + 1));
 }
 #endif
 
@@ -70,6 +78,7 @@ __device__ __forceinline__ void ktrace_begin([[maybe_unused]] KTag tag) {
   r->grid_y = gridDim.y;
   r->grid_z = gridDim.z;
   for (int p = 0; p < kKtPoints; ++p) r->t[p] = 0;
+  r->prev_last_end = 0;
   r->t[kKtStart] = t;
   s.slot = i;
   s.check = ~i;
@@ -81,11 +90,37 @@ __device__ __forceinline__ void ktrace_mark([[maybe_unused]] int point) {
   if (!kt_recorder() || g_ktrace_buf == nullptr) return;
   const KtSlot& s = kt_slot();
   if (s.check != ~s.slot || s.slot >= static_cast<uint32_t>(g_ktrace_cap)) return;
-  kt_record(s.slot)->t[point] = kt_now();
+  KTraceRecord* r = kt_record(s.slot);
+  r->t[point] = kt_now();
+  // After the wait every warp of the previous launch has ended: the latest end is its last one.
+  if (point == kKtWaitEnd) {
+    // Uncommitted: they join this thread's next cp.async group, if the kernel commits one.
+#pragma unroll
+    for (int i = 0; i < kKTraceEndSlots; ++i) {
+      const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(&kt_slot().ends[i]));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(kt_end_slot(i))
+                   : "memory");
+    }
+  } else if (point == kKtEnd && r->t[kKtWaitEnd] != 0) {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    unsigned long long last = 0;
+#pragma unroll
+    for (int i = 0; i < kKTraceEndSlots; ++i) last = max(last, kt_slot().ends[i]);
+    r->prev_last_end = last;
+  }
 #endif
 }
 
-__device__ __forceinline__ void ktrace_end() { ktrace_mark(kKtEnd); }
+__device__ __forceinline__ void ktrace_end() {
+#ifdef FLINT_KTRACE
+  if (g_ktrace_buf != nullptr && (threadIdx.x & 31) == 0) {
+    const unsigned w = (blockIdx.x + blockIdx.y + blockIdx.z) * 37u + (threadIdx.x >> 5);
+    atomicMax(kt_end_slot(static_cast<int>(w % kKTraceEndSlots)),
+              static_cast<unsigned long long>(kt_now()));
+  }
+#endif
+  ktrace_mark(kKtEnd);
+}
 
 }  // namespace dev
 }  // namespace flint::cuda

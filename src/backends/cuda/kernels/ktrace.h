@@ -41,10 +41,18 @@ struct KTraceRecord {
   uint32_t tag = 0;
   uint32_t grid_x = 0, grid_y = 0, grid_z = 0;
   uint64_t t[kKtPoints] = {};
+  // The latest end of any warp of the earlier traced launches, read by block 0 after its wait:
+  // where the previous launch's last warp ended (0: not read).
+  uint64_t prev_last_end = 0;
 };
 
-// Device buffer layout: a uint32 count (records taken, may exceed cap), then records from byte 64.
-inline constexpr int64_t kKTraceHeaderBytes = 64;
+// Device buffer layout: a uint32 count (records taken, may exceed cap); from byte 128,
+// kKTraceEndSlots uint64 slots 128 bytes apart, each the latest %globaltimer at which a warp of a
+// traced launch ended (warps spread over the slots, so that their atomics do not queue on one
+// address); records from byte kKTraceHeaderBytes.
+inline constexpr int kKTraceEndSlots = 16;
+inline constexpr int64_t kKTraceEndSlotBytes = 128;
+inline constexpr int64_t kKTraceHeaderBytes = kKTraceEndSlotBytes * (kKTraceEndSlots + 1);
 inline int64_t ktrace_buffer_bytes(int cap) {
   return kKTraceHeaderBytes + int64_t(cap) * int64_t(sizeof(KTraceRecord));
 }
