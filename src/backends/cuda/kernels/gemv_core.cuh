@@ -269,6 +269,19 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   pdl_wait();
   ktrace_mark(kKtWaitEnd);
   if (args.trigger_after_wait) pdl_launch_dependents();
+  // One activation row, dense, adding to y (the residual stream): lane 0 reads the rows' old
+  // values now, which the earlier kernels have finished writing, so that the store at the end
+  // does not wait for them.
+  float y_old[R];
+  if constexpr (NB == 1 && kTopK == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      y_old[r] = 0.0f;
+      if (args.accumulate && args.expert_ids == nullptr && lane == 0 && half == 0 && valid[r]) {
+        y_old[r] = __ldcg(args.y + int64_t(by) * args.y_stride + r0 + r);
+      }
+    }
+  }
   // The token's 1 / rms for rows normed by an earlier kernel (x_inv), used at the end: copied
   // into shared memory asynchronously (no register held across the kernel), waited for before the
   // barrier that precedes the dot products.
@@ -412,7 +425,14 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
       }
       if (lane == i && i < nb) {
         float* yp = args.y + (y_row0 + i) * args.y_stride + r0 + r;
-        const float nv = args.accumulate ? *yp + v : v;
+        float nv = v;
+        if (args.accumulate) {
+          if constexpr (NB == 1 && kTopK == 0) {
+            nv = (args.expert_ids == nullptr ? y_old[r] : *yp) + v;
+          } else {
+            nv = *yp + v;
+          }
+        }
         *yp = nv;
         if constexpr (NB == 1) {
           if (y_new != nullptr) y_new[warp * R + r] = nv;  // half 0: warp < kGemvWarps

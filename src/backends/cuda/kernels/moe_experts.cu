@@ -84,6 +84,14 @@ __global__ void __launch_bounds__(kSplit* kWarps * 32, kSplit > 1 ? 2 : down_min
   dev::ktrace_mark(kKtWaitBegin);
   dev::pdl_wait();  // act (and unless loaded, ids and weights) come from the gate/up kernel
   dev::ktrace_mark(kKtWaitEnd);
+  // The rows' residual values, final now: read here, the store at the end does not wait for them.
+  float h_old[kR];
+#pragma unroll
+  for (int r = 0; r < kR; ++r) {
+    h_old[r] = half == 0 && lane == r && r0 + r < down.out
+                   ? __ldcg(h + int64_t(t) * h_stride + r0 + r)
+                   : 0.0f;
+  }
   if (!loaded) {
     load(0);  // the first weight loads fly while the activations are staged
     if (threadIdx.x < slots) coef[threadIdx.x] = weights[t * slots + threadIdx.x];
@@ -147,7 +155,9 @@ __global__ void __launch_bounds__(kSplit* kWarps * 32, kSplit > 1 ? 2 : down_min
   }
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
-    if (half == 0 && lane == r && r0 + r < down.out) h[int64_t(t) * h_stride + r0 + r] += acc[r];
+    if (half == 0 && lane == r && r0 + r < down.out) {
+      h[int64_t(t) * h_stride + r0 + r] = h_old[r] + acc[r];
+    }
   }
   dev::ktrace_end();
 }
