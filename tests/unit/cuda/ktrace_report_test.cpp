@@ -80,6 +80,28 @@ TEST(KTraceReport, EndToNextSplitsAtThePreviousLaunchsLastWarpEnd) {
   EXPECT_DOUBLE_EQ(d.handoff, 3.0);
 }
 
+TEST(KTraceReport, ALatestEndOutsideTheGapIsNotCounted) {
+  // A latest end before block 0's end (a slot the earlier launches raised, this launch's warps not
+  // yet in it) or after the next wait end cannot be this launch's last warp: the cycle counts in
+  // to_next but not in the split.
+  std::vector<std::vector<KTraceRecord>> replays = {
+      {record(KTag::kGemv, 320, 1, {1000, 2000, 3000, 0, 4000, 5000, 6000}),
+       record(KTag::kMoeDown, 256, 1, {2500, 3000, 9000, 0, 10000, 11000, 12000}),
+       record(KTag::kGemv, 320, 1, {11000, 11500, 15000, 0, 16000, 17000, 18000})},
+  };
+  replays[0][1].prev_last_end = 5500;   // before the gemv's block 0 ended (6000)
+  replays[0][2].prev_last_end = 15500;  // after the next launch's wait end (15000)
+  const std::vector<KTraceRow> rows = summarize_ktrace(replays);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].cycles, 1);
+  EXPECT_DOUBLE_EQ(rows[0].to_next, 3.0);
+  EXPECT_EQ(rows[0].split_cycles, 0);
+  EXPECT_DOUBLE_EQ(rows[0].straggle, 0.0);
+  EXPECT_DOUBLE_EQ(rows[0].handoff, 0.0);
+  EXPECT_EQ(rows[1].cycles, 1);
+  EXPECT_EQ(rows[1].split_cycles, 0);
+}
+
 TEST(KTraceReport, NoReplaysGiveNoRows) { EXPECT_TRUE(summarize_ktrace({}).empty()); }
 
 TEST(KTraceReport, EveryTaggedKernelKindHasItsOwnName) {
