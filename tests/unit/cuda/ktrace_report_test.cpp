@@ -21,6 +21,14 @@ KTraceRecord record(KTag tag, uint32_t gx, uint32_t gy, std::initializer_list<ui
   return r;
 }
 
+// One replay of gemv -> moe_down -> gemv: block 0 ends at 6000 and 12000 ns, the next waits end
+// at 9000 and 15000 (end->next 3 us each).
+std::vector<KTraceRecord> gemv_down_gemv() {
+  return {record(KTag::kGemv, 320, 1, {1000, 2000, 3000, 0, 4000, 5000, 6000}),
+          record(KTag::kMoeDown, 256, 1, {2500, 3000, 9000, 0, 10000, 11000, 12000}),
+          record(KTag::kGemv, 320, 1, {11000, 11500, 15000, 0, 16000, 17000, 18000})};
+}
+
 TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
   // Points: start, wait begin, wait end, A, B, C, end (ns; 0 = unset).
   std::vector<std::vector<KTraceRecord>> replays = {
@@ -57,12 +65,9 @@ TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
 }
 
 TEST(KTraceReport, EndToNextSplitsAtThePreviousLaunchsLastWarpEnd) {
-  std::vector<std::vector<KTraceRecord>> replays = {
-      {record(KTag::kGemv, 320, 1, {1000, 2000, 3000, 0, 4000, 5000, 6000}),
-       record(KTag::kMoeDown, 256, 1, {2500, 3000, 9000, 0, 10000, 11000, 12000}),
-       record(KTag::kGemv, 320, 1, {11000, 11500, 15000, 0, 16000, 17000, 18000}),
-       record(KTag::kMoeDown, 256, 1, {17000, 17500, 21000, 0, 22000, 23000, 24000})},
-  };
+  std::vector<std::vector<KTraceRecord>> replays = {gemv_down_gemv()};
+  replays[0].push_back(
+      record(KTag::kMoeDown, 256, 1, {17000, 17500, 21000, 0, 22000, 23000, 24000}));
   replays[0][1].prev_last_end = 7500;   // gemv's last warp ended 1.5 us after block 0
   replays[0][2].prev_last_end = 12000;  // moe_down's block 0 was its last
   replays[0][3].prev_last_end = 0;      // not read: the second gemv's cycle has no split
@@ -84,11 +89,7 @@ TEST(KTraceReport, ALatestEndOutsideTheGapIsNotCounted) {
   // A latest end before block 0's end (a slot the earlier launches raised, this launch's warps not
   // yet in it) or after the next wait end cannot be this launch's last warp: the cycle counts in
   // to_next but not in the split.
-  std::vector<std::vector<KTraceRecord>> replays = {
-      {record(KTag::kGemv, 320, 1, {1000, 2000, 3000, 0, 4000, 5000, 6000}),
-       record(KTag::kMoeDown, 256, 1, {2500, 3000, 9000, 0, 10000, 11000, 12000}),
-       record(KTag::kGemv, 320, 1, {11000, 11500, 15000, 0, 16000, 17000, 18000})},
-  };
+  std::vector<std::vector<KTraceRecord>> replays = {gemv_down_gemv()};
   replays[0][1].prev_last_end = 5500;   // before the gemv's block 0 ended (6000)
   replays[0][2].prev_last_end = 15500;  // after the next launch's wait end (15000)
   const std::vector<KTraceRow> rows = summarize_ktrace(replays);
