@@ -18,6 +18,8 @@
 #        the code reads), FLINT_AB_ROUNDS rounds (default 2), one column of median graph ms per value.
 #        scripts/gpu.sh prefill [contexts...]: the prefill attention test, prefill_attention_bench
 #        (wgmma against mma.sync) at the contexts, and decode_step_bench's 100K-token prefill.
+#        decode_step_bench's --layers N times the first N layers of Flint only (BF16 on an H100,
+#        which does not hold all 49 layers of BF16 weights).
 #        scripts/gpu.sh ktrace [decode_step_bench args...]: a -DFLINT_KTRACE=ON build of the bench
 #        run with --ktrace (each kernel kind's timeline: prologue, PDL wait, marks, hand-off).
 #        scripts/gpu.sh ncu REGEX [decode_step_bench args...]: Nsight Compute on FLINT_NCU_COUNT

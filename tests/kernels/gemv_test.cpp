@@ -134,6 +134,29 @@ TEST(Gemv, OneRowLaterPassesThroughL2MatchCpuLinear) {
   check_gated(DType::kBF16, 1, 67, 2048);
 }
 
+// One and two activation rows on the narrow tensor-core path (gemv_narrow.cuh): 16 output rows a
+// block, K split over 16 warps when the blocks fit one per SM and 8 otherwise, each token's 16-bit
+// parts in the mma's columns. 37 rows: one partial block; 2056 x 4096: 129 blocks of 16 warps, the
+// last half empty (BF16: two passes, the second requested into L2 before the wait); 5123 x 2048:
+// 321 blocks of 8 warps (BF16 two passes again); 100 x 6144: NVFP4 four quads a warp in one pass
+// (BF16 would take three passes, which the narrow path declines: the CUDA-core GEMV runs it).
+// Every narrow shape on (the default leaves some to the CUDA-core GEMV), then also with 8 warps at
+// every shape.
+TEST(Gemv, NarrowRowsMatchCpuLinear) {
+  FLINT_REQUIRE_GPU();
+  for (unsigned mode : {unsigned(kNarrowAll), unsigned(kNarrowAll | kNarrowWarps8)}) {
+    testing::NarrowMode narrow(mode);
+    for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+      for (int rows : {1, 2}) {
+        check_gemv(dt, rows, 37, 704, 0.37f);
+        check_gemv(dt, rows, 2056, 4096, 0.5f);
+        check_gemv(dt, rows, 5123, 2048, 0.5f);
+      }
+      check_gemv(dt, 1, 100, 6144, 1.0f);
+    }
+  }
+}
+
 // Sub-scale bytes of every value, 0x00-0xFF: ggml reads 0x00, 0x7F and 0x80 as 0, ignores bit 7
 // otherwise (0xFF is 480) and has subnormals (e == 0). The repack maps them to the bytes the
 // kernels' branch-free decode reads; the one-row CUDA-core and the tensor-core paths must agree
@@ -162,20 +185,18 @@ TEST(Gemv, Nvfp4EverySubScaleByteMatchesCpu) {
   }
 }
 
-// 2+ rows run on tensor cores with the activations split into two 16-bit parts; NVFP4's f16 parts
-// are rescaled per row by a power of two. Rows far outside f16's range (1e6), tiny rows (1e-7)
-// and a row of zeros keep f32-like precision (the rows' different scales also catch mixed-up rows).
-TEST(Gemv, TensorCoreRowsKeepPrecisionAtAnyMagnitude) {
-  FLINT_REQUIRE_GPU();
-  static_assert(kGemvMmaMinRows <= 8);
-  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
-    const int rows = 8;
+// Rows run on tensor cores with the activations split into 16-bit parts (8 rows: two parts in
+// gemv_mma.cuh; 1-2 rows: the narrow path, two f16 or three bf16 parts); NVFP4's f16 parts are
+// rescaled per row by a power of two. Rows far outside f16's range (1e6), tiny rows (1e-7) and a
+// row of zeros keep f32-like precision (the rows' different scales also catch mixed-up rows).
+void check_magnitudes(DType dt, const std::vector<float>& mag) {
+  const int rows = static_cast<int>(mag.size());
+  {
     const int64_t out = 40, in = 1088;
-    SCOPED_TRACE(fmt::format("dtype={}", dt));
+    SCOPED_TRACE(fmt::format("dtype={} rows={}", dt, rows));
     const auto wb = random_weight(dt, out, in, 71);
     const model::Linear lin{ConstTensorView(wb.data(), dt, {out, in}), 1.0f};
     auto x = random_floats(rows * in, 72, -1, 1);
-    const float mag[rows] = {1e6f, 1e-7f, 1.0f, 0.0f, 3e4f, 1.0f, 7e-3f, 65504.0f};
     for (int i = 0; i < rows; ++i) {
       for (int64_t k = 0; k < in; ++k) x[i * in + k] *= mag[i];
     }
@@ -200,6 +221,18 @@ TEST(Gemv, TensorCoreRowsKeepPrecisionAtAnyMagnitude) {
       }
       EXPECT_LE(testing::worst_ratio(g, w, 1e-5 * scale, 1e-4), 1.0);
     }
+  }
+}
+
+TEST(Gemv, TensorCoreRowsKeepPrecisionAtAnyMagnitude) {
+  FLINT_REQUIRE_GPU();
+  static_assert(kGemvMmaMinRows <= 8);
+  testing::NarrowMode narrow(kNarrowAll);
+  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+    check_magnitudes(dt, {1e6f, 1e-7f, 1.0f, 0.0f, 3e4f, 1.0f, 7e-3f, 65504.0f});
+    check_magnitudes(dt, {1e6f, 1e-7f});
+    check_magnitudes(dt, {0.0f, 65504.0f});
+    for (float m : {1e6f, 1e-7f, 0.0f, 3e4f}) check_magnitudes(dt, {m});
   }
 }
 

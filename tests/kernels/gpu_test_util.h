@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cuda/device.h"
+#include "backends/cuda/kernels/gemv.h"
 #include "core/dtype.h"
 
 // Skips the test on machines without a CUDA device (CI); the GPU machine runs `ctest -L gpu`.
@@ -19,6 +20,16 @@
   } while (0)
 
 namespace flint::cuda::testing {
+
+// Sets where the GEMVs take the narrow tensor-core path (gemv.h's kNarrow* bits) for a scope, and
+// puts back what was there.
+struct NarrowMode {
+  unsigned before;
+  explicit NarrowMode(unsigned mode) : before(set_gemv_narrow(mode)) {}
+  ~NarrowMode() { set_gemv_narrow(before); }
+  NarrowMode(const NarrowMode&) = delete;
+  NarrowMode& operator=(const NarrowMode&) = delete;
+};
 
 template <typename T>
 class DeviceArray {

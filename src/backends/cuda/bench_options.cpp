@@ -99,6 +99,9 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
 
 int decode_bench_main(int argc, char** argv) {
   BenchOptions opt;
+  // --layers N: only the first N layers of Flint (the dense two first), so that BF16 decode steps
+  // can be timed on a GPU that does not hold all 49 (an H100: ~80 GB of BF16 weights).
+  int64_t layers = -1;  // not given
   auto strings = [](const char* v) {
     std::vector<std::string> out;
     std::stringstream ss(v);
@@ -143,12 +146,26 @@ int decode_bench_main(int argc, char** argv) {
       opt.decode_path = argv[i + 1];
     } else if (k == "--head") {
       opt.heads = strings(argv[i + 1]);
+    } else if (k == "--layers") {
+      layers = std::atoll(argv[i + 1]);
     } else {
       fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
       return 2;
     }
   }
-  const Status st = run_decode_bench(flint_full_config(), opt);
+  model::FlintConfig config = flint_full_config();
+  if (layers != -1) {
+    if (layers < 1 || layers > config.num_hidden_layers) {
+      fmt::print(stderr, "decode_step_bench: --layers must be in [1, {}], got {}\n",
+                 config.num_hidden_layers, layers);
+      return 2;
+    }
+    config.num_hidden_layers = layers;
+    config.layer_types.resize(layers);
+    config.layer_uses_rope.resize(layers);
+    config.layer_is_dense.resize(layers);
+  }
+  const Status st = run_decode_bench(config, opt);
   if (!st) {
     fmt::print(stderr, "error: {}\n", st.error().message);
     return 1;

@@ -4,11 +4,15 @@
 // cores instead (gemv_mma.cuh). Reference: cpu::linear.   Test: tests/kernels/gemv_test.cpp
 // Bench: flint bench.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
 #include "backends/cuda/kernels/gemv_core.cuh"
 #include "backends/cuda/kernels/gemv_mma.cuh"
+#include "backends/cuda/kernels/gemv_narrow.cuh"
 #include "backends/cuda/kernels/moe_experts.h"
 
 namespace flint::cuda {
@@ -71,6 +75,24 @@ __global__ void __launch_bounds__(dev::kGemvThreads, 2) gemv_mma_kernel(GemvArgs
   dev::ktrace_begin(KTag::kGemvMma);
   dev::pdl_launch_dependents();
   dev::gemv_mma_block<W, TM, 2, kGated>(args, smem4);
+  dev::ktrace_end();
+}
+
+// Blocks per SM the narrow kernels are built for: three of 8 warps (<= 85 registers: the qkv
+// projection's 320 blocks in one wave) unless a lane holds four NVFP4 chunk pairs (two), one of 16.
+template <DType W, int U, int kWarps>
+constexpr int narrow_min_blocks() {
+  return kWarps == 16 ? 1 : (W == DType::kNVFP4 && U > 2 ? 2 : 3);
+}
+
+// One or two activation rows on tensor cores (gemv_narrow.cuh): 16 output rows a block.
+template <DType W, int NB, int U, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, narrow_min_blocks<W, U, kWarps>())
+    gemv_narrow_kernel(GemvArgs args) {
+  extern __shared__ float4 smem4[];
+  dev::ktrace_begin(KTag::kGemv);
+  dev::pdl_launch_dependents();
+  dev::narrow_block<W, NB, U, kWarps>(args, smem4);
   dev::ktrace_end();
 }
 
@@ -160,6 +182,112 @@ bool try_mma(const GemvArgs& a, cudaStream_t s) {
   }
   FLINT_CUDA_CHECK(cudaGetLastError());
   return true;
+}
+
+// Where the narrow path runs (gemv.h's kNarrow* bits): kNarrowDefault unless FLINT_NARROW (read
+// at the first GEMV) or set_gemv_narrow says otherwise.
+std::atomic<unsigned> g_narrow_mode{~0u};
+unsigned narrow_mode() {
+  unsigned m = g_narrow_mode.load(std::memory_order_relaxed);
+  if (m == ~0u) {
+    const char* v = std::getenv("FLINT_NARROW");
+    m = v == nullptr ? kNarrowDefault : static_cast<unsigned>(std::strtoul(v, nullptr, 10));
+    g_narrow_mode.store(m, std::memory_order_relaxed);
+  }
+  return m;
+}
+// Whether the narrow path serves a GEMV of `rows` activation rows of W.
+bool narrow_on(DType W, int rows) {
+  const bool fp4 = W == DType::kNVFP4;
+  const unsigned bit =
+      rows == 2 ? (fp4 ? kNarrowFp4Two : kNarrowBf16Two) : (fp4 ? kNarrowFp4One : kNarrowBf16One);
+  return (narrow_mode() & bit) != 0;
+}
+
+// Warps a block: 16 when the 16-row blocks fit one per SM (the o projection: 128 blocks), so that
+// the grid keeps as many warps streaming weights; 8 otherwise (the qkv projection: 320 blocks).
+int narrow_warps(const LinearRef& w) {
+  if (narrow_mode() & kNarrowWarps8) return 8;
+  return ceil_div(w.out, dev::kMmaRows) <= int64_t(device_sm_count()) ? 16 : 8;
+}
+
+// Chunk pairs a lane holds per pass: NVFP4 all of its row share in one pass when that is at most
+// four (the qkv projection's 2048-wide rows: two at 8 warps; the o projection's 4096: two at 16
+// warps, four at 8), requested before the PDL wait; BF16 (8-element chunks) passes of four, the
+// later ones requested into L2 before the wait.
+int narrow_unroll(const LinearRef& w, int warps) {
+  if (w.dtype != DType::kNVFP4) return 4;
+  const int64_t quads = ceil_div(w.in / dev::Chunk<DType::kNVFP4>::kElems, int64_t(4));
+  return ceil_div(quads, int64_t(warps)) <= 2 ? 2 : 4;
+}
+
+template <DType W, int NB, int U, int kWarps>
+void launch_narrow_k(const GemvArgs& a, cudaStream_t s) {
+  const auto kernel = gemv_narrow_kernel<W, NB, U, kWarps>;
+  static const bool configured = [kernel] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(ceil_div(a.a.out, dev::kMmaRows))),
+             dim3(kWarps * 32), static_cast<size_t>(dev::narrow_smem_bytes<W, NB>(a.a.in)), s, a);
+}
+
+// Calls f.template operator()<U, kWarps>() for the shape narrow_warps / narrow_unroll pick, when
+// the narrow path serves it (rows staged in registers, parts in shared memory); false otherwise.
+template <DType W, int NB, typename F>
+bool with_narrow_shape(const LinearRef& w, F&& f) {
+  if (!narrow_on(W, NB) || dev::narrow_smem_bytes<W, NB>(w.in) > kMaxSmemBytes) return false;
+  const int warps = narrow_warps(w), u = narrow_unroll(w, warps);
+  if (warps == 16) {
+    if (u == 2) {
+      if (!dev::narrow_serves<W, 2, 16>(w.in)) return false;
+      f.template operator()<2, 16>();
+    } else {
+      if (!dev::narrow_serves<W, 4, 16>(w.in)) return false;
+      f.template operator()<4, 16>();
+    }
+  } else {
+    if (u == 2) {
+      if (!dev::narrow_serves<W, 2, 8>(w.in)) return false;
+      f.template operator()<2, 8>();
+    } else {
+      if (!dev::narrow_serves<W, 4, 8>(w.in)) return false;
+      f.template operator()<4, 8>();
+    }
+  }
+  return true;
+}
+
+template <DType W, int NB>
+bool try_narrow_nb(const GemvArgs& a, cudaStream_t s) {
+  return with_narrow_shape<W, NB>(a.a, [&]<int U, int kWarps>() {
+    if constexpr (W == DType::kNVFP4 || U == 4) launch_narrow_k<W, NB, U, kWarps>(a, s);
+  });
+}
+
+// The narrow path, when it serves this call: 1-2 activation rows, one NVFP4 or BF16 matrix.
+bool try_narrow(const GemvArgs& a, cudaStream_t s) {
+  if (a.num_rows < 1 || a.num_rows > dev::kNarrowMaxTokens || a.a.num_experts != 1 ||
+      a.a.out == 0 || a.expert_ids != nullptr) {
+    return false;
+  }
+  bool done = false;
+  switch (a.a.dtype) {
+    case DType::kNVFP4:
+      done = a.num_rows == 1 ? try_narrow_nb<DType::kNVFP4, 1>(a, s)
+                             : try_narrow_nb<DType::kNVFP4, 2>(a, s);
+      break;
+    case DType::kBF16:
+      done = a.num_rows == 1 ? try_narrow_nb<DType::kBF16, 1>(a, s)
+                             : try_narrow_nb<DType::kBF16, 2>(a, s);
+      break;
+    default:
+      return false;
+  }
+  if (done) FLINT_CUDA_CHECK(cudaGetLastError());
+  return done;
 }
 
 template <DType W, int NB, bool kGated, int R>
@@ -438,6 +566,12 @@ int nb_for(int n, int64_t in) {
 
 }  // namespace
 
+unsigned set_gemv_narrow(unsigned mode) {
+  const unsigned before = narrow_mode();
+  g_narrow_mode.store(mode == ~0u ? kNarrowDefault : mode, std::memory_order_relaxed);
+  return before;
+}
+
 bool routed_top_k_in_block(const MoeRouting& r) {
   return r.num_experts <= 256 && r.top_k <= dev::kBlockTopKMax;
 }
@@ -451,6 +585,7 @@ void gemv(float* y, int64_t y_stride, const float* x, int64_t x_stride, int num_
   GemvArgs a{w, {},       x,        x_stride, x_rows,  norm.weight, norm.eps,
              y, y_stride, num_rows, 1,        nullptr, accumulate};
   a.l2_rest = l2_rest_serves(w, num_rows);
+  if (try_narrow(a, s)) return;
   if (try_mma<false>(a, s)) return;
   const int nb = nb_for(num_rows, w.in);
   launch<false>(a, nb, static_cast<int>(ceil_div(num_rows, nb)), s);

@@ -66,12 +66,32 @@ inline constexpr int kRouteAccStride = 16;  // one 128-byte line an entry
 bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const LinearRef& router,
                          const float* norm, float* x_out, double* acc, cudaStream_t s);
 
+// The narrow path: gemv() of one or two activation rows on tensor cores
+// (kernels/gemv_narrow.cuh), where these bits say (the rest run the CUDA-core GEMV).
+// kNarrowDefault is what measured faster: two rows (H100, the first 40 layers of Flint, ms per
+// decode step at 1K: NVFP4 b2 2.158 -> 1.962, BF16 b2 3.055 -> 2.967); one row measured no faster
+// for NVFP4 (1.384 -> 1.389 with the qkv and o projections on it) and slower for BF16 (1.941 ->
+// 2.109 with the qkv projection on it), so one row stays on CUDA cores (docs/PERFORMANCE.md,
+// thirty-seventh session). FLINT_NARROW=<bits> in the environment replaces the default (read at
+// the first GEMV), for experiments, and so does set_gemv_narrow (tests), which returns the bits it
+// replaced (~0u: back to the default).
+enum : unsigned {
+  kNarrowFp4One = 1,    // NVFP4, one row (the qkv projection, the dense down)
+  kNarrowFp4Two = 4,    // NVFP4, two rows
+  kNarrowBf16One = 8,   // BF16, one row
+  kNarrowBf16Two = 32,  // BF16, two rows
+  kNarrowWarps8 = 64,   // 8 warps a block at every shape (else 16 when the blocks fit one per SM)
+  kNarrowAll = kNarrowFp4One | kNarrowFp4Two | kNarrowBf16One | kNarrowBf16Two,
+};
+inline constexpr unsigned kNarrowDefault = kNarrowFp4Two | kNarrowBf16Two;
+unsigned set_gemv_narrow(unsigned mode);
+
 // Rows per pass of the small-batch kernels.
 inline constexpr int kGemvMaxRows = 8;
 // gemv() and gemv_gated() of at least this many rows run on tensor cores (NVFP4 and BF16 weights;
 // 16 output rows x 8 token rows per block, the activations split into two 16-bit parts). H200,
 // NVFP4 at 1K context: 2 rows 7% slower than the CUDA-core GEMV, 4 rows 6% faster, 8 rows 18%
-// faster.
+// faster. (gemv() of two rows takes the narrow path instead, kNarrowDefault.)
 inline constexpr int kGemvMmaMinRows = 3;
 // ... and with at least this many output rows (the LM head), 64 of them per block, so that fewer
 // blocks stage the same activation rows.

@@ -79,6 +79,32 @@ __device__ __forceinline__ float norm_abs_max(const float* norm, int64_t K) {
   return mw;
 }
 
+// Stores 4 consecutive elements f as kParts 16-bit parts (f16 in NVFP4's layout, bf16 otherwise),
+// part p at dst + p * part_stride halves, each the rounding of what the earlier parts left of f.
+template <DType W, int kParts>
+__device__ __forceinline__ void store_parts(typename MmaLayout<W>::Half* dst, int64_t part_stride,
+                                            float (&f)[4]) {
+#pragma unroll
+  for (int part = 0; part < kParts; ++part) {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + part * part_stride);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (W == DType::kNVFP4) {
+        const __half h0 = __float2half_rn(f[2 * h]), h1 = __float2half_rn(f[2 * h + 1]);
+        d[h] = pack_half2(h0, h1);
+        f[2 * h] -= __half2float(h0);
+        f[2 * h + 1] -= __half2float(h1);
+      } else {
+        const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * h]);
+        const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * h + 1]);
+        d[h] = pack_bf162(h0, h1);
+        f[2 * h] -= __bfloat162float(h0);
+        f[2 * h + 1] -= __bfloat162float(h1);
+      }
+    }
+  }
+}
+
 // Stages token rows i < nb of x (normalised with args.norm when set) as kParts 16-bit parts (each
 // the rounding of what the earlier ones left; part p at parts + p * 8 * RS): two keep ~16 (bf16)
 // or ~22 (f16) mantissa bits, three (bf16) all of f32's 24. NVFP4 (f16 parts): each row is first
@@ -158,25 +184,7 @@ __device__ __forceinline__ void stage_mma_rows(typename MmaLayout<W>::Half* part
         float f[4] = {x.x * mul, x.y * mul, x.z * mul, x.w * mul};
         const int64_t e = 4 * j;
         const int64_t off = i * RS + e / L::kChunk * (L::kChunk + 2) + e % L::kChunk;
-#pragma unroll
-        for (int part = 0; part < kParts; ++part) {
-          uint32_t* dst = reinterpret_cast<uint32_t*>(parts + part * kMmaTokens * RS + off);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if constexpr (W == DType::kNVFP4) {
-              const __half h0 = __float2half_rn(f[2 * h]), h1 = __float2half_rn(f[2 * h + 1]);
-              dst[h] = pack_half2(h0, h1);
-              f[2 * h] -= __half2float(h0);
-              f[2 * h + 1] -= __half2float(h1);
-            } else {
-              const __nv_bfloat16 h0 = __float2bfloat16_rn(f[2 * h]);
-              const __nv_bfloat16 h1 = __float2bfloat16_rn(f[2 * h + 1]);
-              dst[h] = pack_bf162(h0, h1);
-              f[2 * h] -= __bfloat162float(h0);
-              f[2 * h + 1] -= __bfloat162float(h1);
-            }
-          }
-        }
+        store_parts<W, kParts>(parts + off, kMmaTokens * RS, f);
       }
     }
   }
