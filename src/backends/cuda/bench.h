@@ -45,6 +45,11 @@ struct BenchOptions {
 // The published Flint shape (spec sections 1 and 7.2), for dummy weights.
 model::FlintConfig flint_full_config();
 
+// The first n layers of `config` (decode_step_bench --layers: BF16 Flint on a GPU that does not
+// hold all 49 layers, an H100); kInvalidArgument naming --layers unless 1 <= n <= the layers it
+// has.
+Result<model::FlintConfig> first_layers(model::FlintConfig config, int64_t n);
+
 // Rejects options that cannot run (kInvalidArgument naming the flag): empty lists, batch sizes,
 // contexts, prompt lengths or chunks out of range, no timed steps or runs, a utilization outside
 // (0, 1]. run_decode_bench calls it first; it needs no device.

@@ -42,6 +42,18 @@ model::FlintConfig flint_full_config() {
   return c;
 }
 
+Result<model::FlintConfig> first_layers(model::FlintConfig config, int64_t n) {
+  if (n < 1 || n > config.num_hidden_layers) {
+    return Error{ErrorCode::kInvalidArgument,
+                 fmt::format("--layers must be in [1, {}], got {}", config.num_hidden_layers, n)};
+  }
+  config.num_hidden_layers = n;
+  config.layer_types.resize(n);
+  config.layer_uses_rope.resize(n);
+  config.layer_is_dense.resize(n);
+  return config;
+}
+
 Status validate_bench_options(const model::FlintConfig& config, const BenchOptions& opt) {
   auto bad = [](fmt::string_view f, auto&&... a) {
     return Error{ErrorCode::kInvalidArgument, fmt::vformat(f, fmt::make_format_args(a...))};
@@ -99,9 +111,7 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
 
 int decode_bench_main(int argc, char** argv) {
   BenchOptions opt;
-  // --layers N: only the first N layers of Flint (the dense two first), so that BF16 decode steps
-  // can be timed on a GPU that does not hold all 49 (an H100: ~80 GB of BF16 weights).
-  int64_t layers = -1;  // not given
+  int64_t layers = -1;  // --layers: not given (first_layers)
   auto strings = [](const char* v) {
     std::vector<std::string> out;
     std::stringstream ss(v);
@@ -153,19 +163,13 @@ int decode_bench_main(int argc, char** argv) {
       return 2;
     }
   }
-  model::FlintConfig config = flint_full_config();
-  if (layers != -1) {
-    if (layers < 1 || layers > config.num_hidden_layers) {
-      fmt::print(stderr, "decode_step_bench: --layers must be in [1, {}], got {}\n",
-                 config.num_hidden_layers, layers);
-      return 2;
-    }
-    config.num_hidden_layers = layers;
-    config.layer_types.resize(layers);
-    config.layer_uses_rope.resize(layers);
-    config.layer_is_dense.resize(layers);
+  Result<model::FlintConfig> config = flint_full_config();
+  if (layers != -1) config = first_layers(*config, layers);
+  if (!config) {
+    fmt::print(stderr, "decode_step_bench: {}\n", config.error().message);
+    return 2;
   }
-  const Status st = run_decode_bench(config, opt);
+  const Status st = run_decode_bench(*config, opt);
   if (!st) {
     fmt::print(stderr, "error: {}\n", st.error().message);
     return 1;

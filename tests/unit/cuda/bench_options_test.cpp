@@ -1,5 +1,6 @@
 // `flint bench` option checks, on the CPU: every option that cannot run is refused up front with
 // the flag named, before any device work. Partner: src/backends/cuda/bench.cpp.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -121,6 +122,30 @@ TEST(BenchOptions, KtraceNeedsATraceBuildAndTheLayeredPath) {
   ASSERT_FALSE(persistent);
   EXPECT_NE(persistent.error().message.find("--ktrace"), std::string::npos)
       << persistent.error().message;
+}
+
+// decode_step_bench --layers N keeps Flint's first N layers as they are (types, RoPE, dense) and
+// refuses a count outside [1, 49], naming the flag.
+TEST(BenchOptions, FirstLayersKeepsThePrefixAndRefusesOtherCounts) {
+  const model::FlintConfig full = flint_full_config();
+  const auto c = first_layers(full, 40);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->num_hidden_layers, 40);
+  EXPECT_EQ(c->layer_types,
+            std::vector<model::LayerType>(full.layer_types.begin(), full.layer_types.begin() + 40));
+  EXPECT_EQ(c->layer_uses_rope,
+            std::vector<bool>(full.layer_uses_rope.begin(), full.layer_uses_rope.begin() + 40));
+  EXPECT_EQ(c->layer_is_dense,
+            std::vector<bool>(full.layer_is_dense.begin(), full.layer_is_dense.begin() + 40));
+  EXPECT_EQ(c->hidden_size, full.hidden_size);
+  EXPECT_EQ(first_layers(full, 49)->num_hidden_layers, 49);
+  for (int64_t n : {int64_t{0}, int64_t{-1}, int64_t{50}}) {
+    SCOPED_TRACE(n);
+    const auto bad = first_layers(full, n);
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(bad.error().message, fmt::format("--layers must be in [1, 49], got {}", n));
+  }
 }
 
 TEST(BenchOptions, RunRefusesBadOptionsBeforeLookingForADevice) {
