@@ -191,36 +191,34 @@ TEST(Gemv, Nvfp4EverySubScaleByteMatchesCpu) {
 // row of zeros keep f32-like precision (the rows' different scales also catch mixed-up rows).
 void check_magnitudes(DType dt, const std::vector<float>& mag) {
   const int rows = static_cast<int>(mag.size());
-  {
-    const int64_t out = 40, in = 1088;
-    SCOPED_TRACE(fmt::format("dtype={} rows={}", dt, rows));
-    const auto wb = random_weight(dt, out, in, 71);
-    const model::Linear lin{ConstTensorView(wb.data(), dt, {out, in}), 1.0f};
-    auto x = random_floats(rows * in, 72, -1, 1);
-    for (int i = 0; i < rows; ++i) {
-      for (int64_t k = 0; k < in; ++k) x[i * in + k] *= mag[i];
+  const int64_t out = 40, in = 1088;
+  SCOPED_TRACE(fmt::format("dtype={} rows={}", dt, rows));
+  const auto wb = random_weight(dt, out, in, 71);
+  const model::Linear lin{ConstTensorView(wb.data(), dt, {out, in}), 1.0f};
+  auto x = random_floats(rows * in, 72, -1, 1);
+  for (int i = 0; i < rows; ++i) {
+    for (int64_t k = 0; k < in; ++k) x[i * in + k] *= mag[i];
+  }
+  std::vector<float> want(rows * out);
+  ThreadPool pool(2);
+  cpu::linear(want.data(), x.data(), rows, lin, pool);
+  DeviceWeights owner;
+  auto ref = owner.add_linear(lin, nullptr);
+  ASSERT_TRUE(ref.has_value());
+  DeviceArray<float> dx(x), dy(rows * out);
+  gemv(dy.get(), out, dx.get(), in, rows, *ref, false, nullptr);
+  const auto got = dy.to_host();
+  for (int i = 0; i < rows; ++i) {
+    SCOPED_TRACE(fmt::format("row {} (x ~ {:g})", i, mag[i]));
+    const std::vector<float> g(got.begin() + i * out, got.begin() + (i + 1) * out);
+    const std::vector<float> w(want.begin() + i * out, want.begin() + (i + 1) * out);
+    double scale = 0;
+    for (float v : w) scale = std::max(scale, double(std::fabs(v)));
+    if (mag[i] == 0.0f) {
+      EXPECT_EQ(g, w);
+      continue;
     }
-    std::vector<float> want(rows * out);
-    ThreadPool pool(2);
-    cpu::linear(want.data(), x.data(), rows, lin, pool);
-    DeviceWeights owner;
-    auto ref = owner.add_linear(lin, nullptr);
-    ASSERT_TRUE(ref.has_value());
-    DeviceArray<float> dx(x), dy(rows * out);
-    gemv(dy.get(), out, dx.get(), in, rows, *ref, false, nullptr);
-    const auto got = dy.to_host();
-    for (int i = 0; i < rows; ++i) {
-      SCOPED_TRACE(fmt::format("row {} (x ~ {:g})", i, mag[i]));
-      const std::vector<float> g(got.begin() + i * out, got.begin() + (i + 1) * out);
-      const std::vector<float> w(want.begin() + i * out, want.begin() + (i + 1) * out);
-      double scale = 0;
-      for (float v : w) scale = std::max(scale, double(std::fabs(v)));
-      if (mag[i] == 0.0f) {
-        EXPECT_EQ(g, w);
-        continue;
-      }
-      EXPECT_LE(testing::worst_ratio(g, w, 1e-5 * scale, 1e-4), 1.0);
-    }
+    EXPECT_LE(testing::worst_ratio(g, w, 1e-5 * scale, 1e-4), 1.0);
   }
 }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
@@ -190,8 +189,12 @@ std::atomic<unsigned> g_narrow_mode{~0u};
 unsigned narrow_mode() {
   unsigned m = g_narrow_mode.load(std::memory_order_relaxed);
   if (m == ~0u) {
-    const char* v = std::getenv("FLINT_NARROW");
-    m = v == nullptr ? kNarrowDefault : static_cast<unsigned>(std::strtoul(v, nullptr, 10));
+    m = kNarrowDefault;
+    if (const char* v = std::getenv("FLINT_NARROW")) {
+      const Result<unsigned> parsed = parse_gemv_narrow(v);
+      FLINT_CHECK(parsed.has_value(), "{}", parsed.error().message);
+      m = *parsed;
+    }
     g_narrow_mode.store(m, std::memory_order_relaxed);
   }
   return m;
@@ -211,12 +214,11 @@ int narrow_warps(const LinearRef& w) {
   return ceil_div(w.out, dev::kMmaRows) <= int64_t(device_sm_count()) ? 16 : 8;
 }
 
-// Chunk pairs a lane holds per pass: NVFP4 all of its row share in one pass when that is at most
+// NVFP4 chunk pairs a lane holds per pass: all of its row share in one pass when that is at most
 // four (the qkv projection's 2048-wide rows: two at 8 warps; the o projection's 4096: two at 16
-// warps, four at 8), requested before the PDL wait; BF16 (8-element chunks) passes of four, the
-// later ones requested into L2 before the wait.
-int narrow_unroll(const LinearRef& w, int warps) {
-  if (w.dtype != DType::kNVFP4) return 4;
+// warps, four at 8), requested before the PDL wait. (BF16's 8-element chunks take passes of four,
+// the later ones requested into L2 before the wait.)
+int narrow_fp4_unroll(const LinearRef& w, int warps) {
   const int64_t quads = ceil_div(w.in / dev::Chunk<DType::kNVFP4>::kElems, int64_t(4));
   return ceil_div(quads, int64_t(warps)) <= 2 ? 2 : 4;
 }
@@ -234,37 +236,27 @@ void launch_narrow_k(const GemvArgs& a, cudaStream_t s) {
              dim3(kWarps * 32), static_cast<size_t>(dev::narrow_smem_bytes<W, NB>(a.a.in)), s, a);
 }
 
-// Calls f.template operator()<U, kWarps>() for the shape narrow_warps / narrow_unroll pick, when
-// the narrow path serves it (rows staged in registers, parts in shared memory); false otherwise.
-template <DType W, int NB, typename F>
-bool with_narrow_shape(const LinearRef& w, F&& f) {
-  if (!narrow_on(W, NB) || dev::narrow_smem_bytes<W, NB>(w.in) > kMaxSmemBytes) return false;
-  const int warps = narrow_warps(w), u = narrow_unroll(w, warps);
-  if (warps == 16) {
-    if (u == 2) {
-      if (!dev::narrow_serves<W, 2, 16>(w.in)) return false;
-      f.template operator()<2, 16>();
-    } else {
-      if (!dev::narrow_serves<W, 4, 16>(w.in)) return false;
-      f.template operator()<4, 16>();
-    }
-  } else {
-    if (u == 2) {
-      if (!dev::narrow_serves<W, 2, 8>(w.in)) return false;
-      f.template operator()<2, 8>();
-    } else {
-      if (!dev::narrow_serves<W, 4, 8>(w.in)) return false;
-      f.template operator()<4, 8>();
-    }
-  }
+template <DType W, int NB, int U, int kWarps>
+bool launch_narrow_if_served(const GemvArgs& a, cudaStream_t s) {
+  if (!dev::narrow_serves<W, U, kWarps>(a.a.in)) return false;
+  launch_narrow_k<W, NB, U, kWarps>(a, s);
   return true;
 }
 
+// The shape narrow_warps / narrow_fp4_unroll pick, when the narrow path serves it (rows staged in
+// registers, parts in shared memory); false otherwise. BF16 always takes passes of four.
 template <DType W, int NB>
 bool try_narrow_nb(const GemvArgs& a, cudaStream_t s) {
-  return with_narrow_shape<W, NB>(a.a, [&]<int U, int kWarps>() {
-    if constexpr (W == DType::kNVFP4 || U == 4) launch_narrow_k<W, NB, U, kWarps>(a, s);
-  });
+  if (!narrow_on(W, NB) || dev::narrow_smem_bytes<W, NB>(a.a.in) > kMaxSmemBytes) return false;
+  const int warps = narrow_warps(a.a);
+  if constexpr (W == DType::kNVFP4) {
+    if (narrow_fp4_unroll(a.a, warps) == 2) {
+      return warps == 16 ? launch_narrow_if_served<W, NB, 2, 16>(a, s)
+                         : launch_narrow_if_served<W, NB, 2, 8>(a, s);
+    }
+  }
+  return warps == 16 ? launch_narrow_if_served<W, NB, 4, 16>(a, s)
+                     : launch_narrow_if_served<W, NB, 4, 8>(a, s);
 }
 
 // The narrow path, when it serves this call: 1-2 activation rows, one NVFP4 or BF16 matrix.
@@ -565,6 +557,25 @@ int nb_for(int n, int64_t in) {
 }
 
 }  // namespace
+
+Result<unsigned> parse_gemv_narrow(std::string_view text) {
+  constexpr unsigned kMax = kNarrowAll | kNarrowWarps8;
+  unsigned v = 0;
+  bool ok = !text.empty() && text.size() <= 3;
+  for (char c : text) {
+    ok = ok && c >= '0' && c <= '9';
+    if (ok) v = 10 * v + unsigned(c - '0');
+  }
+  if (!ok || (v & ~kMax) != 0) {
+    return Error{
+        ErrorCode::kInvalidArgument,
+        fmt::format("FLINT_NARROW must be a sum of gemv.h's kNarrow* bits ({}, {}, {}, {}, "
+                    "{}), got '{}'",
+                    unsigned(kNarrowFp4One), unsigned(kNarrowFp4Two), unsigned(kNarrowBf16One),
+                    unsigned(kNarrowBf16Two), unsigned(kNarrowWarps8), text)};
+  }
+  return v;
+}
 
 unsigned set_gemv_narrow(unsigned mode) {
   const unsigned before = narrow_mode();

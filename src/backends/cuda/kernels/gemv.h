@@ -5,7 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <string_view>
+
 #include "backends/cuda/kernels/linear_ref.h"
+#include "core/result.h"
 
 namespace flint::cuda {
 
@@ -85,6 +88,9 @@ enum : unsigned {
 };
 inline constexpr unsigned kNarrowDefault = kNarrowFp4Two | kNarrowBf16Two;
 unsigned set_gemv_narrow(unsigned mode);
+// FLINT_NARROW's value: a decimal sum of kNarrow* bits (0 for none), or kInvalidArgument naming
+// the variable. An unusable value stops the first GEMV with that message.
+Result<unsigned> parse_gemv_narrow(std::string_view text);
 
 // Rows per pass of the small-batch kernels.
 inline constexpr int kGemvMaxRows = 8;
