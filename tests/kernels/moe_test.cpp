@@ -432,8 +432,9 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
 // with the norm weight bit for bit, the sums within 1e-5 of double-precision host sums, the same
 // picks, weights and act rows within 1e-5 (the 1 / rms comes from differently ordered sums), and a
 // second launch's sums bit for bit equal to the first's. o weights F32, BF16 (one warp a row, and
-// the two-warp split kernel at 2048-wide rows) and NVFP4; routers F32 and BF16; E 13 and 256
-// (one thread an expert in a 256- or 512-thread block).
+// the two-warp split kernel at 2048-wide rows) and NVFP4 (rows of one pass, and of two and three
+// passes of 2048, which this kernel pipelines: the bits must still be the plain GEMV's); routers
+// F32 and BF16; E 13 and 256 (one thread an expert in a 256- or 512-thread block).
 TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
   FLINT_REQUIRE_GPU();
   struct Shape {
@@ -443,7 +444,8 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
   for (auto [dt, heads, hd, d, E, k] :
        {Shape{DType::kF32, 2, 64, 192, 13, 3}, Shape{DType::kBF16, 2, 64, 192, 13, 3},
         Shape{DType::kBF16, 16, 128, 264, 256, 8}, Shape{DType::kNVFP4, 2, 64, 192, 13, 3},
-        Shape{DType::kNVFP4, 4, 64, 320, 256, 6}}) {
+        Shape{DType::kNVFP4, 4, 64, 320, 256, 6}, Shape{DType::kNVFP4, 40, 64, 320, 256, 6},
+        Shape{DType::kNVFP4, 72, 64, 256, 256, 6}}) {
     cpu::testing::TinyOptions o = thirteen_expert_layer(dt, d, hd, 41 + E);
     o.num_heads = heads;
     o.num_kv_heads = heads > 8 ? heads / 8 : 1;  // at most 8 query heads per KV head

@@ -422,7 +422,15 @@ __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2
   if (threadIdx.x < kRouteRows / 4)
     dev::cp_async16(&s_g[4 * threadIdx.x], rt.norm + row0 + 4 * threadIdx.x, true);
   dev::cp_async_commit();
-  dev::gemv_block<W, 1, false, 1, 1, 0, kSplit>(args, reinterpret_cast<float*>(smem4), s_y);
+  // NVFP4, one warp a row: the o projection's 4096-wide rows take two passes of U 2, and kPipe
+  // requests the second before the first's dots (64 registers, no spill). H100, first 40 layers,
+  // ms per step (scripts/gpu.sh ab, three rounds, thirty-eighth session): NVFP4 b1 1K 1.379 ->
+  // 1.365, 32K 1.642 -> 1.620 (two rows take the narrow path: unchanged). BF16's two-warp split
+  // (two passes of one warp's U 4) measured no gain (1.941 -> 1.950).
+  // Measured and not kept (docs/PERFORMANCE.md, thirty-eighth session): the same in the routed
+  // gate/up, whose 64 registers then spill, and BF16's qkv projection and moe_down.
+  constexpr bool kPipe = W == DType::kNVFP4 && kSplit == 1;
+  dev::gemv_block<W, 1, false, 1, 1, 0, kSplit, kPipe>(args, reinterpret_cast<float*>(smem4), s_y);
   dev::cp_async_wait<0>();
   __syncthreads();
   if (threadIdx.x < kRouteRows) {

@@ -223,7 +223,10 @@ __device__ __forceinline__ void prefetch_rest(const GemvArgs& a, const int64_t (
 // partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
 // y_new (NB 1, not null): each row's new y value (after `accumulate`) also goes to
 // y_new[warp * R + r], the block's rows in order (gemv_route_partials' tail reads them).
-template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1>
+// kPipe: two passes in flight, the next pass's loads issued before this pass's dots (twice the
+// weight registers; gemv.cu's gemv_route_kernel says where it pays).
+template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1,
+          bool kPipe = false>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
                                            float* y_new = nullptr) {
   using C = Chunk<W>;
@@ -372,10 +375,30 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
 #pragma unroll
     for (int i = 0; i < NB; ++i) acc_a[r][i] = acc_b[r][i] = 0.0f;
   }
-  for (int64_t base = 0; base < nc; base += 32 * kSplit * U) {
-    if (base > 0) load(base);
-    accumulate_chunks<W, NB, kGated, R, U, kSplit>(wa, wb, valid, base, nc, xs, PK, nb, acc_a,
-                                                   acc_b, half);
+  constexpr int64_t kStep = int64_t(32) * kSplit * U;
+  if constexpr (kPipe) {
+    C na[R][U], nb2[R][U];  // the pass after the one in wa / wb
+    for (int64_t base = 0;; base += 2 * kStep) {
+      const bool more = base + kStep < nc;
+      if (more) {
+        load_chunks<W, kGated, R, U, kSplit>(na, nb2, args.a, args.b, row, valid, base + kStep, nc,
+                                             half);
+      }
+      accumulate_chunks<W, NB, kGated, R, U, kSplit>(wa, wb, valid, base, nc, xs, PK, nb, acc_a,
+                                                     acc_b, half);
+      if (!more) break;
+      const bool more2 = base + 2 * kStep < nc;
+      if (more2) load(base + 2 * kStep);
+      accumulate_chunks<W, NB, kGated, R, U, kSplit>(na, nb2, valid, base + kStep, nc, xs, PK, nb,
+                                                     acc_a, acc_b, half);
+      if (!more2) break;
+    }
+  } else {
+    for (int64_t base = 0; base < nc; base += kStep) {
+      if (base > 0) load(base);
+      accumulate_chunks<W, NB, kGated, R, U, kSplit>(wa, wb, valid, base, nc, xs, PK, nb, acc_a,
+                                                     acc_b, half);
+    }
   }
   ktrace_mark(kKtMarkC);
   if constexpr (kSplit == 2) {
