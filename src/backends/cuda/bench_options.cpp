@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -111,7 +112,7 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
 
 int decode_bench_main(int argc, char** argv) {
   BenchOptions opt;
-  int64_t layers = -1;  // --layers: not given (first_layers)
+  std::optional<int64_t> layers;  // --layers (first_layers)
   auto strings = [](const char* v) {
     std::vector<std::string> out;
     std::stringstream ss(v);
@@ -164,7 +165,7 @@ int decode_bench_main(int argc, char** argv) {
     }
   }
   Result<model::FlintConfig> config = flint_full_config();
-  if (layers != -1) config = first_layers(*config, layers);
+  if (layers) config = first_layers(*config, *layers);
   if (!config) {
     fmt::print(stderr, "decode_step_bench: {}\n", config.error().message);
     return 2;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cuda/bench.h"
+#include "backends/cuda/bench_main.h"
 #include "backends/cuda/kernels/ktrace.h"
 
 namespace flint::cuda {
@@ -145,6 +146,18 @@ TEST(BenchOptions, FirstLayersKeepsThePrefixAndRefusesOtherCounts) {
     ASSERT_FALSE(bad.has_value());
     EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
     EXPECT_EQ(bad.error().message, fmt::format("--layers must be in [1, 49], got {}", n));
+  }
+}
+
+// decode_step_bench's own parsing: an explicit --layers of -1 or 0 is refused (exit 2) before any
+// device is looked for, not read as "not given".
+TEST(BenchOptions, DecodeBenchMainRefusesLayerCountsOutsideTheModel) {
+  for (const char* n : {"-1", "0", "50"}) {
+    SCOPED_TRACE(n);
+    char prog[] = "decode_step_bench", flag[] = "--layers";
+    std::string value = n;
+    char* argv[] = {prog, flag, value.data(), nullptr};
+    EXPECT_EQ(decode_bench_main(3, argv), 2);
   }
 }
 
