@@ -125,8 +125,8 @@ TEST(Gemv, OneRowOverMoreThanAWaveOfBlocksMatchesCpuLinear) {
 // The dense MLP's gate/up at Flint's shape (NVFP4, one row, 6151 x 2048: 769 blocks of 8 rows, a
 // second wave on an H100/H200) against silu(g) * u formed from the GPU's own plain GEMVs of the
 // same matrices, within (1e-6, 1e-5): against cpu::linear it misses (1e-4, 1e-3) by ~2x (H100,
-// thirty- eighth session), because |g| reaches ~250 here and each GEMV's 1e-4-relative rounding is
-// multiplied by |silu'(g) u|; the plain GEMVs themselves are held to cpu::linear above.
+// the thirty-eighth session), because |g| reaches ~250 here and each GEMV's 1e-4-relative rounding
+// is multiplied by |silu'(g) u|; the plain GEMVs themselves are held to cpu::linear above.
 TEST(Gemv, GatedOneRowOverASecondWaveIsSiluOfItsOwnGemvs) {
   FLINT_REQUIRE_GPU();
   const DType dt = DType::kNVFP4;
