@@ -540,14 +540,15 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
   }
 }
 
-// The gate/up kernel's whole-block top-k (top_k_token_block: every warp its own best, then warp
-// 0 over the candidates) against cpu::route on the same logits (through an identity router):
-// the same ids, weights within 2e-6; and against the router's one-warp top-k (moe_router): ids
-// and weights bit for bit. The logits take 17 values and the biases 3, so keys tie within and
-// across warps and at the k-th pick (ties go to the lower id; distinct keys differ by >= 6e-4,
-// far beyond the CPU's and GPU's exp differences); E covers all 8 warps, a partial last warp
-// and fewer experts than warps; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
-// kernel's warp-0 top-k (the same code as the router's) runs instead.
+// The gate/up kernel's whole-block top-k (top_k_token_block: every thread its expert's key, then
+// warp 0 with eight keys a lane, sorted in registers, one redux pair a pick) against cpu::route
+// on the same logits (through an identity router): the same ids, weights within 2e-6; and
+// against the router's one-warp top-k (moe_router): ids and weights bit for bit. The logits take
+// 17 values and the biases 3, so keys tie within a lane's eight and across lanes and at the k-th
+// pick (ties go to the lower id; distinct keys differ by >= 6e-4, far beyond the CPU's and GPU's
+// exp differences); E covers all 32 lanes, a partial last lane and fewer experts than lanes; k up
+// to kBlockTopKMax. Past 256 experts or 8 picks the gate/up kernel's warp-0 top-k (the same code
+// as the router's) runs instead.
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   FLINT_REQUIRE_GPU();
   struct Shape {

@@ -127,7 +127,9 @@ void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
   // (top_k_token_block) instead of warp 0 (scripts/gpu.sh ab, three rounds): NVFP4 b1 1K
   // 2.196 -> 2.115, 100K 2.952 -> 2.854; BF16 b1 1K 2.703 -> 2.590. The fallback for more
   // experts or picks is the other kernel: in this one its code cost registers (spills of 60
-  // bytes where 8 were) and the whole gain.
+  // bytes where 8 were) and the whole gain. The block's pick with one barrier, by warp 0 on keys
+  // sorted in registers (thirty-ninth session, H100, first 40 layers, scripts/gpu.sh ab): NVFP4
+  // b1 1K 1.366 -> 1.352, b2 1.965 -> 1.922; BF16 b1 1K 1.947 -> 1.931.
   if (routed_top_k_in_block(a.route)) return launch_routed_k<W, 2>(a, smem, s);
   launch_routed_k<W, 1>(a, smem, s);
 }

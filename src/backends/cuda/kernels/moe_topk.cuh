@@ -171,23 +171,40 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
   }
 }
 
-// The top-k of one token by a whole block of kW warps, for E <= 32 kW experts and top_k <=
+// The comparator of top_k_token_block's sorting network: (ka, ia) and (kb, ib) in descending
+// order of key, ties to the lower id. Selects: written as a conditional swap, ptxas made each
+// comparator a divergent branch (routed_pick_bench, H100, 512 blocks: the pick took 2.81 us, 2.45
+// with selects).
+__device__ __forceinline__ void order_pair(uint32_t& ka, int& ia, uint32_t& kb, int& ib) {
+  const bool swap = kb > ka || (kb == ka && ib < ia);
+  const uint32_t k0 = swap ? kb : ka, k1 = swap ? ka : kb;
+  const int i0 = swap ? ib : ia, i1 = swap ? ia : ib;
+  ka = k0, kb = k1, ia = i0, ib = i1;
+}
+
+// The top-k of one token by a whole block of kW = 8 warps, for E <= 32 kW experts and top_k <=
 // kBlockTopKMax: the same picks, scores and weights as top_k_token (the same order: key
 // descending, ties to the lower id; the picked scores summed in pick order), with a shorter
 // dependent chain. Thread i scores expert i (`logit` and `bias`: expert i's router logit and
-// selection bias, loaded ahead by the caller, e.g. the bias before a PDL wait); each warp retires
-// its own top_k best of 32, one redux.sync pair per pick; warp 0 picks the top_k best of those kW x
-// top_k candidates. score: [E] floats of shared memory; out_ids/out_w (shared or global) as
-// top_k_token. Every thread of the block must call it; it holds one __syncthreads, and
-// out_ids/out_w are written by warp 0 only (the caller synchronises before reading them from other
-// warps).
+// selection bias, loaded ahead by the caller, e.g. the bias before a PDL wait) and stores its key;
+// after one barrier warp 0 picks alone: lane l sorts the keys of experts kW l .. kW l + kW - 1 in
+// registers (a 19-comparator network), then each pick is one redux.sync pair over the lanes' first
+// keys, and the winning lane shifts its list. score: [E] floats of shared memory; out_ids/out_w
+// (shared or global) as top_k_token. Every thread of the block must call it; it holds one
+// __syncthreads, and out_ids/out_w are written by warp 0 only (the caller synchronises before
+// reading them from other warps).
+// Its earlier form (each warp its own top_k of 32 by redux rounds, a barrier, then warp 0 over the
+// 8 x top_k candidates by redux rounds) took 3.05 us a block from the router sums' loads to the
+// pick's barrier, this one 2.45; the loads and a barrier alone take 0.18 (H100, 512 blocks of 256
+// threads at once as in the routed gate/up, E 256, top_k 6: bench/kernels/routed_pick_bench.cu,
+// thirty-ninth session, docs/PERFORMANCE.md). Warp 0 loading all 256 sums itself (no first
+// barrier) measured slower in a first probe: one warp's eight loads a lane of 32 lines each.
 inline constexpr int kBlockTopKMax = 8;
 template <int kW>
 __device__ __forceinline__ void top_k_token_block(float logit, float bias, const MoeRouting& r,
                                                   float* score, int32_t* out_ids, float* out_w) {
-  static_assert(kW * kBlockTopKMax <= 64, "two candidates per lane of warp 0");
-  __shared__ uint32_t cand_key[kW * kBlockTopKMax];
-  __shared__ int32_t cand_id[kW * kBlockTopKMax];
+  static_assert(kW == 8, "top_k_token_block: a sorting network of 8 keys a lane");
+  __shared__ __align__(16) uint32_t skey[32 * kW];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int E = r.num_experts, K = r.top_k, e = threadIdx.x;
   // ordered_bits of a key is never 0 (NaN keys are -FLT_MAX): 0 marks "no expert".
@@ -197,42 +214,48 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
     score[e] = sc;
     key = ordered_bits(selection_key(sc, bias));
   }
-  for (int k = 0; k < K; ++k) {  // this warp's best K, lanes in id order
-    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
-    const uint32_t win = __reduce_min_sync(0xffffffffu, key == top ? uint32_t(lane) : 32u);
-    if (lane == int(win)) {
-      cand_key[warp * K + k] = top;
-      cand_id[warp * K + k] = top != 0 ? e : E;
-      key = 0;
-    }
-  }
+  skey[e] = key;
   __syncthreads();
   if (warp != 0) return;
-  uint32_t ck[2];
-  int ci[2];
+  const uint4 lo = reinterpret_cast<const uint4*>(skey)[2 * lane];
+  const uint4 hi = reinterpret_cast<const uint4*>(skey)[2 * lane + 1];
+  uint32_t k[kW] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  int id[kW];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = lane + 32 * h;
-    const bool ok = i < kW * K;
-    ck[h] = ok ? cand_key[i] : 0u;
-    ci[h] = ok ? cand_id[i] : E;
+  for (int j = 0; j < kW; ++j) id[j] = kW * lane + j;
+  // Descending by (key, -id): (k[a], id[a]) before (k[b], id[b]) after each comparator.
+  auto cas = [&](int a, int b) { order_pair(k[a], id[a], k[b], id[b]); };
+  cas(0, 1), cas(2, 3), cas(4, 5), cas(6, 7);
+  cas(0, 2), cas(1, 3), cas(4, 6), cas(5, 7);
+  cas(1, 2), cas(5, 6);
+  cas(0, 4), cas(1, 5), cas(2, 6), cas(3, 7);
+  cas(2, 4), cas(3, 5);
+  cas(1, 2), cas(3, 4), cas(5, 6);
+  int picks[kBlockTopKMax];
+#pragma unroll
+  for (int p = 0; p < kBlockTopKMax; ++p) {
+    if (p >= K) break;
+    const uint32_t top = __reduce_max_sync(0xffffffffu, k[0]);
+    const int best_e = static_cast<int>(
+        __reduce_min_sync(0xffffffffu, k[0] == top ? static_cast<uint32_t>(id[0]) : 0xffffffffu));
+    picks[p] = best_e;
+    const bool won = id[0] == best_e;  // this lane's first key was picked: shift the rest up
+#pragma unroll
+    for (int j = 0; j + 1 < kW; ++j) {
+      k[j] = won ? k[j + 1] : k[j];
+      id[j] = won ? id[j + 1] : id[j];
+    }
+    k[kW - 1] = won ? 0u : k[kW - 1];
   }
   float picked_sum = 0.0f, my_w = 0.0f;
   int my_id = 0;
-  for (int k = 0; k < K; ++k) {
-    const bool second = ck[1] > ck[0] || (ck[1] == ck[0] && ci[1] < ci[0]);
-    const uint32_t mine = second ? ck[1] : ck[0];
-    const uint32_t top = __reduce_max_sync(0xffffffffu, mine);
-    const int best_e = static_cast<int>(__reduce_min_sync(
-        0xffffffffu, mine == top ? static_cast<uint32_t>(second ? ci[1] : ci[0]) : 0xffffffffu));
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (ci[h] == best_e) ck[h] = 0u;
-    }
-    const float sc = score[best_e];
-    if (lane == k) {
+  for (int p = 0; p < kBlockTopKMax; ++p) {
+    if (p >= K) break;
+    const float sc = score[picks[p]];
+    if (lane == p) {
       my_w = sc;
-      my_id = best_e;
+      my_id = picks[p];
     }
     picked_sum += sc;
   }

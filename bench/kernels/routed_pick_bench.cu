@@ -1,0 +1,162 @@
+// The routed gate/up kernel's in-block pick, alone: 512 blocks of 256 threads (four an SM, as
+// gemv_routed_kernel runs them at batch 1), each reading the E + 1 router sums of
+// gemv_route_partials (kRouteAccStride doubles apart, L2-resident), forming the logits and
+// picking the token's top_k with top_k_token_block (moe_topk.cuh). Each block times itself with
+// %globaltimer from before its loads to after the barrier that publishes the pick; the table gives
+// the median over launches of the blocks' mean. The "loads" row stops after the loads and one
+// barrier: the pick's own cost is the difference.
+// Usage: routed_pick_bench [--blocks 512] [--experts 256] [--top-k 6] [--launches 50]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernels/gemv.h"
+#include "backends/cuda/kernels/moe_topk.cuh"
+
+namespace {
+
+using namespace flint::cuda;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+
+// kPick false: the loads and a barrier only.
+template <bool kPick>
+__global__ void __launch_bounds__(kThreads, 4)
+    pick_kernel(const double* acc, const float* bias, MoeRouting r, int hidden, int32_t* ids_out,
+                float* w_out, uint64_t* ns_out) {
+  __shared__ float score[kThreads];
+  __shared__ int32_t pick_ids[32];
+  __shared__ float pick_w[32];
+  const int E = r.num_experts, e = threadIdx.x;
+  const float b = e < E ? bias[e] : 0.0f;
+  __syncthreads();
+  const uint64_t t0 = now_ns();
+  const double ss = __ldcg(acc + int64_t(E) * kRouteAccStride);
+  const double ae = e < E ? __ldcg(acc + int64_t(e) * kRouteAccStride) : 0.0;
+  const float logit = static_cast<float>(ae) * rsqrtf(static_cast<float>(ss) / hidden + 1e-6f);
+  if constexpr (kPick) {
+    dev::top_k_token_block<kWarps>(logit, b, r, score, pick_ids, pick_w);
+  } else {
+    score[e] = logit;
+    if (e < 32) pick_ids[e] = e;
+  }
+  __syncthreads();
+  const int32_t mine = pick_ids[blockIdx.x % r.top_k];
+  const uint64_t t1 = now_ns();
+  if (threadIdx.x == 0) {
+    ns_out[blockIdx.x] = t1 - t0;
+    if (blockIdx.x == 0) {
+      for (int k = 0; k < r.top_k; ++k) {
+        ids_out[k] = pick_ids[k];
+        w_out[k] = pick_w[k];
+      }
+    }
+  }
+  if (mine < 0) ids_out[r.top_k] = mine;  // keeps the read of the pick
+}
+
+// The bench links nothing of flint's (so that it can be built against another tree's headers with
+// nvcc alone): errors are reported here.
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "routed_pick_bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+int arg_int(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  }
+  return fallback;
+}
+
+template <bool kPick>
+double median_block_ns(const double* acc, const float* bias, const MoeRouting& r, int blocks,
+                       int launches, int32_t* ids, float* w, uint64_t* ns) {
+  std::vector<double> means;
+  std::vector<uint64_t> host(blocks);
+  for (int it = 0; it < launches + 5; ++it) {
+    pick_kernel<kPick><<<blocks, kThreads>>>(acc, bias, r, 2048, ids, w, ns);
+    check(cudaGetLastError(), "cudaGetLastError");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (it < 5) continue;  // warm-up
+    check(cudaMemcpy(host.data(), ns, blocks * sizeof(uint64_t), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    double sum = 0.0;
+    for (uint64_t v : host) sum += static_cast<double>(v);
+    means.push_back(sum / blocks);
+  }
+  std::sort(means.begin(), means.end());
+  return means[means.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int blocks = arg_int(argc, argv, "--blocks", 512);
+  const int E = arg_int(argc, argv, "--experts", 256);
+  const int top_k = arg_int(argc, argv, "--top-k", 6);
+  const int launches = arg_int(argc, argv, "--launches", 50);
+  if (blocks < 1 || blocks > (1 << 20) || E < 1 || E > kThreads || top_k < 1 ||
+      top_k > dev::kBlockTopKMax || top_k > E || launches < 1 || launches > 100000) {
+    std::fprintf(stderr,
+                 "routed_pick_bench: need 1 <= --blocks <= 2^20, 1 <= --experts <= %d, 1 <= "
+                 "--top-k <= min(%d, experts), 1 <= --launches <= 100000\n",
+                 kThreads, dev::kBlockTopKMax);
+    return 2;
+  }
+  // Router sums of a 2048-wide row: logits in about [-4, 4], small selection biases.
+  std::vector<double> acc(size_t(E + 1) * kRouteAccStride, 0.0);
+  std::vector<float> bias(E);
+  uint32_t state = 12345;
+  auto uniform = [&] {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 8) / 16777216.0;
+  };
+  for (int e = 0; e < E; ++e) {
+    acc[size_t(e) * kRouteAccStride] = (uniform() - 0.5) * 8.0;
+    bias[e] = static_cast<float>((uniform() - 0.5) * 0.1);
+  }
+  acc[size_t(E) * kRouteAccStride] = 2048.0;  // sum of squares: 1 / rms = 1
+  double* d_acc = nullptr;
+  float *d_bias = nullptr, *d_w = nullptr;
+  int32_t* d_ids = nullptr;
+  uint64_t* d_ns = nullptr;
+  check(cudaMalloc(&d_acc, acc.size() * sizeof(double)), "cudaMalloc");
+  check(cudaMalloc(&d_bias, E * sizeof(float)), "cudaMalloc");
+  check(cudaMalloc(&d_ids, 32 * sizeof(int32_t)), "cudaMalloc");
+  check(cudaMalloc(&d_w, 32 * sizeof(float)), "cudaMalloc");
+  check(cudaMalloc(&d_ns, size_t(blocks) * sizeof(uint64_t)), "cudaMalloc");
+  check(cudaMemcpy(d_acc, acc.data(), acc.size() * sizeof(double), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  check(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+  const MoeRouting r{E, top_k, 2, true, 2.5f};  // Flint: two shared-expert slots
+  const double loads = median_block_ns<false>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
+  const double pick = median_block_ns<true>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
+  int32_t ids[32];
+  check(cudaMemcpy(ids, d_ids, top_k * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("%s: %d blocks of %d threads, E %d, top_k %d, median of %d launches\n\n", prop.name,
+              blocks, kThreads, E, top_k, launches);
+  std::printf("| block | ns from the loads to the pick's barrier |\n|---|---:|\n");
+  std::printf("| loads + barrier | %.0f |\n| loads + top_k_token_block + barrier | %.0f |\n", loads,
+              pick);
+  std::printf("\npick:");
+  for (int k = 0; k < top_k; ++k) std::printf(" %d", ids[k]);
+  std::printf("\n");
+  return 0;
+}
