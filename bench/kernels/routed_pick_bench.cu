@@ -3,8 +3,10 @@
 // gemv_route_partials (kRouteAccStride doubles apart, L2-resident), forming the logits and
 // picking the token's top_k with top_k_token_block (moe_topk.cuh). Each block times itself with
 // %globaltimer from before its loads to after the barrier that publishes the pick; the table gives
-// the median over launches of the blocks' mean. The "loads" row stops after the loads and one
-// barrier: the pick's own cost is the difference.
+// the median over launches of the blocks' mean. Two shorter rows split the time: the loads and one
+// barrier; the loads, every thread's key (top_k_token_block's first half: the sigmoid, the
+// selection key, its store to shared memory) and two barriers. The rest of the last row is warp
+// 0's part: the sort, the picks and the weights.
 // Usage: routed_pick_bench [--blocks 512] [--experts 256] [--top-k 6] [--launches 50]
 #include <cuda_runtime.h>
 
@@ -31,8 +33,10 @@ __device__ __forceinline__ uint64_t now_ns() {
   return t;
 }
 
-// kPick false: the loads and a barrier only.
-template <bool kPick>
+// What a block does after its loads (see the file comment).
+enum class Mode { kLoads, kKeys, kPick };
+
+template <Mode kMode>
 __global__ void __launch_bounds__(kThreads, 4)
     pick_kernel(const double* acc, const float* bias, MoeRouting r, int hidden, int32_t* ids_out,
                 float* w_out, uint64_t* ns_out) {
@@ -46,8 +50,15 @@ __global__ void __launch_bounds__(kThreads, 4)
   const double ss = __ldcg(acc + int64_t(E) * kRouteAccStride);
   const double ae = e < E ? __ldcg(acc + int64_t(e) * kRouteAccStride) : 0.0;
   const float logit = static_cast<float>(ae) * rsqrtf(static_cast<float>(ss) / hidden + 1e-6f);
-  if constexpr (kPick) {
+  if constexpr (kMode == Mode::kPick) {
     dev::top_k_token_block<kWarps>(logit, b, r, score, pick_ids, pick_w);
+  } else if constexpr (kMode == Mode::kKeys) {
+    __shared__ uint32_t key[kThreads];
+    const float sc = dev::sigmoid_score(logit);
+    score[e] = sc;
+    key[e] = e < E ? dev::ordered_bits(dev::selection_key(sc, b)) : 0u;
+    __syncthreads();
+    if (e < 32) pick_ids[e] = static_cast<int32_t>(key[(e * 8) % kThreads] & 0xff);
   } else {
     score[e] = logit;
     if (e < 32) pick_ids[e] = e;
@@ -83,13 +94,13 @@ int arg_int(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
-template <bool kPick>
+template <Mode kMode>
 double median_block_ns(const double* acc, const float* bias, const MoeRouting& r, int blocks,
                        int launches, int32_t* ids, float* w, uint64_t* ns) {
   std::vector<double> means;
   std::vector<uint64_t> host(blocks);
   for (int it = 0; it < launches + 5; ++it) {
-    pick_kernel<kPick><<<blocks, kThreads>>>(acc, bias, r, 2048, ids, w, ns);
+    pick_kernel<kMode><<<blocks, kThreads>>>(acc, bias, r, 2048, ids, w, ns);
     check(cudaGetLastError(), "cudaGetLastError");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     if (it < 5) continue;  // warm-up
@@ -144,8 +155,12 @@ int main(int argc, char** argv) {
         "cudaMemcpy");
   check(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
   const MoeRouting r{E, top_k, 2, true, 2.5f};  // Flint: two shared-expert slots
-  const double loads = median_block_ns<false>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
-  const double pick = median_block_ns<true>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
+  const double loads =
+      median_block_ns<Mode::kLoads>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
+  const double keys =
+      median_block_ns<Mode::kKeys>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
+  const double pick =
+      median_block_ns<Mode::kPick>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
   int32_t ids[32];
   check(cudaMemcpy(ids, d_ids, top_k * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
   cudaDeviceProp prop{};
@@ -153,8 +168,9 @@ int main(int argc, char** argv) {
   std::printf("%s: %d blocks of %d threads, E %d, top_k %d, median of %d launches\n\n", prop.name,
               blocks, kThreads, E, top_k, launches);
   std::printf("| block | ns from the loads to the pick's barrier |\n|---|---:|\n");
-  std::printf("| loads + barrier | %.0f |\n| loads + top_k_token_block + barrier | %.0f |\n", loads,
-              pick);
+  std::printf("| loads + barrier | %.0f |\n", loads);
+  std::printf("| loads + keys + 2 barriers | %.0f |\n", keys);
+  std::printf("| loads + top_k_token_block + barrier | %.0f |\n", pick);
   std::printf("\npick:");
   for (int k = 0; k < top_k; ++k) std::printf(" %d", ids[k]);
   std::printf("\n");
