@@ -11,6 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -87,11 +89,14 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-int arg_int(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
+// A whole decimal integer, or false.
+bool parse_int(const char* text, int& out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) return false;
+  out = static_cast<int>(v);
+  return true;
 }
 
 template <Mode kMode>
@@ -117,10 +122,23 @@ double median_block_ns(const double* acc, const float* bias, const MoeRouting& r
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int blocks = arg_int(argc, argv, "--blocks", 512);
-  const int E = arg_int(argc, argv, "--experts", 256);
-  const int top_k = arg_int(argc, argv, "--top-k", 6);
-  const int launches = arg_int(argc, argv, "--launches", 50);
+  int blocks = 512, E = 256, top_k = 6, launches = 50;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    int* dst = k == "--blocks"     ? &blocks
+               : k == "--experts"  ? &E
+               : k == "--top-k"    ? &top_k
+               : k == "--launches" ? &launches
+                                   : nullptr;
+    if (dst == nullptr) {
+      std::fprintf(stderr, "routed_pick_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+    if (i + 1 == argc || !parse_int(argv[i + 1], *dst)) {
+      std::fprintf(stderr, "routed_pick_bench: %s needs an integer value\n", k.c_str());
+      return 2;
+    }
+  }
   if (blocks < 1 || blocks > (1 << 20) || E < 1 || E > kThreads || top_k < 1 ||
       top_k > dev::kBlockTopKMax || top_k > E || launches < 1 || launches > 100000) {
     std::fprintf(stderr,
