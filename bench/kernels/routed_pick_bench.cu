@@ -1,12 +1,14 @@
 // The routed gate/up kernel's in-block pick, alone: 512 blocks of 256 threads (four an SM, as
-// gemv_routed_kernel runs them at batch 1), each reading the E + 1 router sums of
-// gemv_route_partials (kRouteAccStride doubles apart, L2-resident), forming the logits and
-// picking the token's top_k with top_k_token_block (moe_topk.cuh). Each block times itself with
-// %globaltimer from before its loads to after the barrier that publishes the pick; the table gives
-// the median over launches of the blocks' mean. Two shorter rows split the time: the loads and one
-// barrier; the loads, every thread's key (top_k_token_block's first half: the sigmoid, the
-// selection key, its store to shared memory) and two barriers. The rest of the last row is warp
-// 0's part: the sort, the picks and the weights.
+// gemv_routed_kernel runs them at batch 1), each reading the E router sums and a copy of the sum
+// of squares of gemv_route_partials (kRouteAccStride doubles apart, L2-resident), forming the
+// logits and picking the token's top_k with top_k_token_block (moe_topk.cuh). Each block times
+// itself with %globaltimer from before its loads to the read of its pick after the last barrier;
+// the table gives the median over launches of the blocks' mean. Rows: the loads and two barriers
+// (the logits stored to shared memory and read back, so that the loads stay); the loads, every
+// thread's key (top_k_token_block's first half: the sigmoid, the selection key, its store to shared
+// memory) and two barriers; the whole pick in every block; the pick as the kernel runs it (block b
+// serves slot b % top_k, and only the first block of each slot makes the whole pick with its
+// weights), with the mean of the last slot's blocks, which pick the most.
 // Usage: routed_pick_bench [--blocks 512] [--experts 256] [--top-k 6] [--launches 50]
 #include <cuda_runtime.h>
 
@@ -36,24 +38,26 @@ __device__ __forceinline__ uint64_t now_ns() {
 }
 
 // What a block does after its loads (see the file comment).
-enum class Mode { kLoads, kKeys, kPick };
+enum class Mode { kLoads, kKeys, kPick, kSlot };
 
 template <Mode kMode>
 __global__ void __launch_bounds__(kThreads, 4)
     pick_kernel(const double* acc, const float* bias, MoeRouting r, int hidden, int32_t* ids_out,
-                float* w_out, uint64_t* ns_out) {
+                float* w_out, uint64_t* ns_out, int32_t* slot_out) {
   __shared__ float score[kThreads];
   __shared__ int32_t pick_ids[32];
   __shared__ float pick_w[32];
   const int E = r.num_experts, e = threadIdx.x;
+  const int slot = static_cast<int>(blockIdx.x % r.top_k);
   const float b = e < E ? bias[e] : 0.0f;
   __syncthreads();
   const uint64_t t0 = now_ns();
-  const double ss = __ldcg(acc + int64_t(E) * kRouteAccStride);
+  const double ss = __ldcg(acc + int64_t(E + (e >> 5) % kRouteSsCopies) * kRouteAccStride);
   const double ae = e < E ? __ldcg(acc + int64_t(e) * kRouteAccStride) : 0.0;
   const float logit = static_cast<float>(ae) * rsqrtf(static_cast<float>(ss) / hidden + 1e-6f);
-  if constexpr (kMode == Mode::kPick) {
-    dev::top_k_token_block<kWarps>(logit, b, r, score, pick_ids, pick_w);
+  if constexpr (kMode == Mode::kPick || kMode == Mode::kSlot) {
+    const bool whole = kMode == Mode::kPick || blockIdx.x < static_cast<unsigned>(r.top_k);
+    dev::top_k_token_block<kWarps>(logit, b, r, score, pick_ids, pick_w, whole ? -1 : slot);
   } else if constexpr (kMode == Mode::kKeys) {
     __shared__ uint32_t key[kThreads];
     const float sc = dev::sigmoid_score(logit);
@@ -63,13 +67,15 @@ __global__ void __launch_bounds__(kThreads, 4)
     if (e < 32) pick_ids[e] = static_cast<int32_t>(key[(e * 8) % kThreads] & 0xff);
   } else {
     score[e] = logit;
-    if (e < 32) pick_ids[e] = e;
+    __syncthreads();
+    if (e < 32) pick_ids[e] = score[e * 8] > 1e30f ? -1 : e;  // the logits are read: loads stay
   }
   __syncthreads();
-  const int32_t mine = pick_ids[blockIdx.x % r.top_k];
+  const int32_t mine = pick_ids[slot];
   const uint64_t t1 = now_ns();
   if (threadIdx.x == 0) {
     ns_out[blockIdx.x] = t1 - t0;
+    slot_out[blockIdx.x] = mine;
     if (blockIdx.x == 0) {
       for (int k = 0; k < r.top_k; ++k) {
         ids_out[k] = pick_ids[k];
@@ -77,7 +83,6 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
     }
   }
-  if (mine < 0) ids_out[r.top_k] = mine;  // keeps the read of the pick
 }
 
 // The bench links nothing of flint's (so that it can be built against another tree's headers with
@@ -99,24 +104,34 @@ bool parse_int(const char* text, int& out) {
   return true;
 }
 
+struct Times {
+  double all, last_slot;  // medians over launches of the mean block time (ns)
+};
+
 template <Mode kMode>
-double median_block_ns(const double* acc, const float* bias, const MoeRouting& r, int blocks,
-                       int launches, int32_t* ids, float* w, uint64_t* ns) {
-  std::vector<double> means;
+Times median_block_ns(const double* acc, const float* bias, const MoeRouting& r, int blocks,
+                      int launches, int32_t* ids, float* w, uint64_t* ns, int32_t* slot_ids) {
+  std::vector<double> all, last;
   std::vector<uint64_t> host(blocks);
   for (int it = 0; it < launches + 5; ++it) {
-    pick_kernel<kMode><<<blocks, kThreads>>>(acc, bias, r, 2048, ids, w, ns);
+    pick_kernel<kMode><<<blocks, kThreads>>>(acc, bias, r, 2048, ids, w, ns, slot_ids);
     check(cudaGetLastError(), "cudaGetLastError");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     if (it < 5) continue;  // warm-up
     check(cudaMemcpy(host.data(), ns, blocks * sizeof(uint64_t), cudaMemcpyDeviceToHost),
           "cudaMemcpy");
-    double sum = 0.0;
-    for (uint64_t v : host) sum += static_cast<double>(v);
-    means.push_back(sum / blocks);
+    double sum = 0.0, sum_last = 0.0;
+    int n_last = 0;
+    for (int b = 0; b < blocks; ++b) {
+      sum += static_cast<double>(host[b]);
+      if (b % r.top_k == r.top_k - 1) sum_last += static_cast<double>(host[b]), ++n_last;
+    }
+    all.push_back(sum / blocks);
+    last.push_back(n_last > 0 ? sum_last / n_last : 0.0);
   }
-  std::sort(means.begin(), means.end());
-  return means[means.size() / 2];
+  std::sort(all.begin(), all.end());
+  std::sort(last.begin(), last.end());
+  return {all[all.size() / 2], last[last.size() / 2]};
 }
 
 }  // namespace
@@ -148,7 +163,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Router sums of a 2048-wide row: logits in about [-4, 4], small selection biases.
-  std::vector<double> acc(size_t(E + 1) * kRouteAccStride, 0.0);
+  std::vector<double> acc(size_t(route_acc_doubles(E)), 0.0);
   std::vector<float> bias(E);
   uint32_t state = 12345;
   auto uniform = [&] {
@@ -159,38 +174,57 @@ int main(int argc, char** argv) {
     acc[size_t(e) * kRouteAccStride] = (uniform() - 0.5) * 8.0;
     bias[e] = static_cast<float>((uniform() - 0.5) * 0.1);
   }
-  acc[size_t(E) * kRouteAccStride] = 2048.0;  // sum of squares: 1 / rms = 1
+  for (int c = 0; c < kRouteSsCopies; ++c)  // sum of squares: 1 / rms = 1
+    acc[size_t(E + c) * kRouteAccStride] = 2048.0;
   double* d_acc = nullptr;
   float *d_bias = nullptr, *d_w = nullptr;
   int32_t* d_ids = nullptr;
   uint64_t* d_ns = nullptr;
+  int32_t* d_slot = nullptr;  // each block's pick for its slot
   check(cudaMalloc(&d_acc, acc.size() * sizeof(double)), "cudaMalloc");
   check(cudaMalloc(&d_bias, E * sizeof(float)), "cudaMalloc");
   check(cudaMalloc(&d_ids, 32 * sizeof(int32_t)), "cudaMalloc");
   check(cudaMalloc(&d_w, 32 * sizeof(float)), "cudaMalloc");
   check(cudaMalloc(&d_ns, size_t(blocks) * sizeof(uint64_t)), "cudaMalloc");
+  check(cudaMalloc(&d_slot, size_t(blocks) * sizeof(int32_t)), "cudaMalloc");
   check(cudaMemcpy(d_acc, acc.data(), acc.size() * sizeof(double), cudaMemcpyHostToDevice),
         "cudaMemcpy");
   check(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
   const MoeRouting r{E, top_k, 2, true, 2.5f};  // Flint: two shared-expert slots
-  const double loads =
-      median_block_ns<Mode::kLoads>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
-  const double keys =
-      median_block_ns<Mode::kKeys>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
-  const double pick =
-      median_block_ns<Mode::kPick>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns);
+  const Times loads =
+      median_block_ns<Mode::kLoads>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
+  const Times keys =
+      median_block_ns<Mode::kKeys>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
+  const Times pick =
+      median_block_ns<Mode::kPick>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
   int32_t ids[32];
   check(cudaMemcpy(ids, d_ids, top_k * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  const Times slot =
+      median_block_ns<Mode::kSlot>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
+  std::vector<int32_t> slot_ids(blocks);
+  check(cudaMemcpy(slot_ids.data(), d_slot, blocks * sizeof(int32_t), cudaMemcpyDeviceToHost),
+        "cudaMemcpy");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("%s: %d blocks of %d threads, E %d, top_k %d, median of %d launches\n\n", prop.name,
               blocks, kThreads, E, top_k, launches);
-  std::printf("| block | ns from the loads to the pick's barrier |\n|---|---:|\n");
-  std::printf("| loads + barrier | %.0f |\n", loads);
-  std::printf("| loads + keys + 2 barriers | %.0f |\n", keys);
-  std::printf("| loads + top_k_token_block + barrier | %.0f |\n", pick);
+  std::printf(
+      "| block | ns from the loads to the pick read | last slot's blocks |\n|---|---:|---:|\n");
+  std::printf("| loads + 2 barriers | %.0f | %.0f |\n", loads.all, loads.last_slot);
+  std::printf("| loads + keys + 2 barriers | %.0f | %.0f |\n", keys.all, keys.last_slot);
+  std::printf("| whole pick in every block + barrier | %.0f | %.0f |\n", pick.all, pick.last_slot);
+  std::printf(
+      "| the kernel's picks (slot only past a slot's first block) + barrier | %.0f | %.0f |\n",
+      slot.all, slot.last_slot);
   std::printf("\npick:");
   for (int k = 0; k < top_k; ++k) std::printf(" %d", ids[k]);
   std::printf("\n");
+  for (int b = 0; b < blocks; ++b) {
+    if (slot_ids[b] != ids[b % top_k]) {
+      std::fprintf(stderr, "routed_pick_bench: block %d picked %d for slot %d, the whole pick %d\n",
+                   b, slot_ids[b], b % top_k, ids[b % top_k]);
+      return 1;
+    }
+  }
   return 0;
 }

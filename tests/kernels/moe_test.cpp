@@ -193,7 +193,7 @@ TEST(MoeExperts, RowsNormedTwiceStop) {
 TEST(MoeExperts, RouteSumsOutsideTheirContractStop) {
   const int64_t d = 64, ff = 32, E = 16;
   std::vector<float> w(E * ff * d), x(d), act(2 * ff), logits(E), wts(2), g(d), o(d * d), y(d);
-  std::vector<double> acc((E + 1) * kRouteAccStride);
+  std::vector<double> acc(route_acc_doubles(E));
   std::vector<int32_t> ids(2);
   const LinearRef gate = host_f32_stack(w, E, ff, d), up = gate;
   const MoeRouting r{static_cast<int>(E), 2, 0, true, 1.0f};
@@ -497,7 +497,7 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
       std::vector<double> sums[2];
       for (int rep = 0; rep < 2; ++rep) {
         DeviceArray<float> h(h0), xo(d), act(slots * I), wts(slots);
-        DeviceArray<double> acc(std::vector<double>((E + 1) * kRouteAccStride, 0.0));
+        DeviceArray<double> acc(std::vector<double>(route_acc_doubles(E), 0.0));
         DeviceArray<int32_t> ids(std::vector<int32_t>(slots, -1));
         ASSERT_TRUE(gemv_route_partials(h.get(), attn.get(), L.o, router, L.ffn_norm, xo.get(),
                                         acc.get(), nullptr));
@@ -507,10 +507,13 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
         for (int64_t j = 0; j < d; ++j) ASSERT_EQ(xo_h[j], y[j] * norm_w[j]) << "row " << j;
         sums[rep].clear();
         const auto all = acc.to_host();
-        for (int64_t e = 0; e <= E; ++e) sums[rep].push_back(all[e * kRouteAccStride]);
+        for (int64_t e = 0; e < E + kRouteSsCopies; ++e)
+          sums[rep].push_back(all[e * kRouteAccStride]);
         double ss = 0.0;
         for (int64_t j = 0; j < d; ++j) ss += double(y[j]) * y[j];
         EXPECT_NEAR(sums[rep][E], ss, 1e-5 * ss);
+        for (int c = 1; c < kRouteSsCopies; ++c)  // the same addends in another order
+          EXPECT_EQ(sums[rep][E + c], sums[rep][E]) << "copy " << c << " of the sum of squares";
         for (int64_t e = 0; e < E; ++e) {
           double want = 0.0, mag = 0.0;
           for (int64_t j = 0; j < d; ++j) {
@@ -532,7 +535,7 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
     }
     // What it does not serve it declines, launching nothing: the caller runs gemv and the router.
     DeviceArray<float> h(d), xo(d), attn(in);
-    DeviceArray<double> acc((E + 1) * kRouteAccStride);
+    DeviceArray<double> acc(route_acc_doubles(E));
     EXPECT_FALSE(gemv_route_partials(h.get(), attn.get(), L.o, L.router, nullptr, xo.get(),
                                      acc.get(), nullptr));
     EXPECT_FALSE(gemv_route_partials(h.get(), attn.get(), L.o, L.exp_gate, L.ffn_norm, xo.get(),
@@ -541,14 +544,16 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
 }
 
 // The gate/up kernel's whole-block top-k (top_k_token_block: every thread its expert's key, then
-// warp 0 with eight keys a lane, sorted in registers, one redux pair a pick) against cpu::route
-// on the same logits (through an identity router): the same ids, weights within 2e-6; and
-// against the router's one-warp top-k (moe_router): ids and weights bit for bit. The logits take
-// 17 values and the biases 3, so keys tie within a lane's eight and across lanes and at the k-th
-// pick (ties go to the lower id; distinct keys differ by >= 6e-4, far beyond the CPU's and GPU's
-// exp differences); E covers all 32 lanes, a partial last lane and fewer experts than lanes; k up
-// to kBlockTopKMax. Past 256 experts or 8 picks the gate/up kernel's warp-0 top-k (the same code
-// as the router's) runs instead.
+// warp 0 with eight keys a lane, sorted in registers, one redux a pick, the picks made again when
+// two lanes held a pick's key) against cpu::route on the same logits (through an identity
+// router): the same ids, weights within 2e-6; against the router's one-warp top-k (moe_router):
+// ids and weights bit for bit; and the act rows of every block (block x == 0 of a slot records the
+// whole pick, the others pick their slot's expert only) equal to the given-ids gate/up's on the
+// router's picks. The logits take 17 values and the biases 3, so keys tie within a lane's eight
+// and across lanes and at the k-th pick (ties go to the lower id; distinct keys differ by >= 6e-4,
+// far beyond the CPU's and GPU's exp differences); E covers all 32 lanes, a partial last lane and
+// fewer experts than lanes; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
+// kernel's warp-0 top-k (the same code as the router's) runs instead.
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   FLINT_REQUIRE_GPU();
   struct Shape {
@@ -591,6 +596,12 @@ TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
           const auto wb = rw_block.to_host();
           EXPECT_EQ(ib, ids_warp.to_host());
           EXPECT_EQ(wb, rw_warp.to_host());
+          // Only block x == 0 of a slot records its pick; the others pick just their own slot's
+          // expert: their act rows must be those of the router's picks.
+          DeviceArray<float> act_given(T * slots * I);
+          gemv_gated_experts(act_given.get(), x.get(), d, T * slots, slots, ids_warp.get(),
+                             L.exp_gate, L.exp_up, nullptr);
+          EXPECT_LE(testing::worst_ratio(act.to_host(), act_given.to_host(), 1e-6, 1e-6), 1.0);
           model::LayerWeights lw;
           lw.router = model::Linear{ConstTensorView(eye.data(), DType::kF32, {E, E}), 1.0f};
           if (bias) lw.expert_bias = ConstTensorView(bv.data(), DType::kF32, {E});

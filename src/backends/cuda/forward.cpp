@@ -268,7 +268,7 @@ Status CudaForward::reserve(int num_tokens, int num_seqs, int64_t table_len, int
   // moe_route's block counter: zero between launches.
   FLINT_CUDA_CHECK(cudaMemset(d_route_counter_, 0, sizeof(int32_t)));
   if (route_state_.data() == nullptr) {
-    const int64_t acc = L * (std::max<int64_t>(c.num_experts, 0) + 1) * kRouteAccStride;
+    const int64_t acc = L * route_acc_doubles(std::max<int64_t>(c.num_experts, 0));
     auto rs = DeviceBuffer::allocate(acc * int64_t(sizeof(double)) + L * int64_t(sizeof(int32_t)));
     if (!rs) return rs.error().with_context("allocating the routing sums");
     route_state_ = std::move(rs).value();
@@ -553,7 +553,7 @@ void CudaForward::enqueue_layered(const StepPlan& plan, cudaStream_t s, OpTimer*
     // launch (gemv_route_partials; the sums are zeroed with the pick counters above). H200, ms per
     // step (scripts/gpu.sh sweep, three rounds, twenty-second session), router kernel / this:
     // NVFP4 b1 1K 1.855 / 1.844, 100K 2.580 / 2.550; BF16 b1 1K 2.306 / 2.296, 100K 3.007 / 2.991.
-    double* route_acc = d_route_acc_ + l * (c.num_experts + 1) * kRouteAccStride;
+    double* route_acc = d_route_acc_ + l * route_acc_doubles(c.num_experts);
     bool routed_in_o = false;
     if (run(kOpO)) {
       if (T == 1 && !c.layer_is_dense[l] && !L.has_separate_shared && run(kOpRouter) &&

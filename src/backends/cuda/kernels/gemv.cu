@@ -401,7 +401,7 @@ struct RouteTail {
   int64_t ld;
   const float* norm;  // [ld]
   float* x_out;       // [ld]
-  double* acc;        // [E + 1][kRouteAccStride]
+  double* acc;        // [E + kRouteSsCopies][kRouteAccStride]
 };
 
 template <DType W, int kSplit>
@@ -462,11 +462,11 @@ __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2
     for (int i = 0; i < kRouteRows; ++i) sum += w[i] * s_x[i];
     atomicAdd(rt.acc + int64_t(e) * kRouteAccStride, static_cast<double>(sum));
   }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < kRouteSsCopies) {  // each copy of the sum of squares (gemv.h)
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < kRouteRows; ++i) ss += s_y[i] * s_y[i];
-    atomicAdd(rt.acc + int64_t(rt.E) * kRouteAccStride, static_cast<double>(ss));
+    atomicAdd(rt.acc + int64_t(rt.E + threadIdx.x) * kRouteAccStride, static_cast<double>(ss));
   }
   dev::ktrace_end();
 }

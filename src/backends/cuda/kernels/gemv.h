@@ -57,15 +57,21 @@ void gemv_gated_experts(float* act, const float* x, int64_t x_stride, int num_pa
 // kernel runs between it and the routed gate/up (gemv_gated_routed_experts with route_acc):
 // y[r] += (W x)[r] for the one row x ([W.in] f32, 16-byte aligned), as gemv with `accumulate`;
 // then x_out[r] = y[r] * norm[r] (the updated rows times the next RMSNorm's weight) and, added
-// into acc ([E + 1] entries kRouteAccStride doubles apart, zero before the launch; entry e is
-// acc[e * kRouteAccStride]), acc[e] += sum_r router[e, r] * x_out[r] and acc[E] += sum_r y[r]^2,
-// so that the router's logits are acc[e] / sqrt(acc[E] / W.out + eps).
+// into acc ([E + kRouteSsCopies] entries kRouteAccStride doubles apart, route_acc_doubles(E) in
+// all, zero before the launch; entry e is acc[e * kRouteAccStride]), acc[e] += sum_r router[e, r]
+// * x_out[r] and acc[E + c] += sum_r y[r]^2 for every copy c, so that the router's logits are
+// acc[e] / sqrt(acc[E] / W.out + eps).
 // The sums are added by 8-row blocks in any order, as doubles of float partials: exact in practice,
 // so the logits do not change from run to run. Returns false, launching nothing, for what it does
 // not serve: router not F32/BF16, more than kRouteTailMaxExperts experts, W.out % 8 != 0,
 // router.in != W.out, no norm weight; the caller runs gemv and the router then.
 inline constexpr int kRouteTailMaxExperts = 256;
 inline constexpr int kRouteAccStride = 16;  // one 128-byte line an entry
+// acc[E + c], c < kRouteSsCopies, each hold the whole sum of squares: the routed gate/up's warp w
+// reads copy w % kRouteSsCopies (one line read by every warp of 512 blocks queued at its L2 slice).
+inline constexpr int kRouteSsCopies = 8;
+// The doubles of one token's acc: E + kRouteSsCopies entries.
+constexpr int64_t route_acc_doubles(int64_t E) { return (E + kRouteSsCopies) * kRouteAccStride; }
 bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const LinearRef& router,
                          const float* norm, float* x_out, double* acc, cudaStream_t s);
 

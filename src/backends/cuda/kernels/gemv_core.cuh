@@ -80,15 +80,17 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   float w = 1.0f;
   static_assert(kGemvWarps * 32 >= 256, "top_k_token_block: a thread per expert (E <= 256)");
   if (!fixed) {
+    // Block x == 0 records the pick with its weight; the others need only their slot's expert.
     if constexpr (kAhead) {
-      top_k_token_block<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w);
+      top_k_token_block<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
+                                    blockIdx.x == 0 ? -1 : slot);
     } else if (threadIdx.x < 32) {
       top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
                   pick_w);
     }
     __syncthreads();
     e = pick_ids[slot];
-    w = pick_w[slot];
+    if (blockIdx.x == 0) w = pick_w[slot];
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     a.ids_out[g] = static_cast<int32_t>(e);
@@ -324,8 +326,11 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
     const int t = g / args.pairs_per_token, E = args.route.num_experts;
     const bool mine = !fixed && int(threadIdx.x) < E;
     if (args.route_acc != nullptr) {
-      const double* acc = args.route_acc + int64_t(t) * (E + 1) * kRouteAccStride;
-      const double ss = __ldcg(acc + int64_t(E) * kRouteAccStride);
+      const double* acc = args.route_acc + int64_t(t) * route_acc_doubles(E);
+      // Warp w reads copy w of the sum of squares: 512 blocks' 8 warps on one line were a
+      // queue at its L2 slice (routed_pick_bench, H100: ~300 of ~4300 cycles a block).
+      const double ss =
+          __ldcg(acc + int64_t(E + (threadIdx.x >> 5) % kRouteSsCopies) * kRouteAccStride);
       const double ae = mine ? __ldcg(acc + int64_t(threadIdx.x) * kRouteAccStride) : 0.0;
       const float inv = rsqrtf(static_cast<float>(ss) / static_cast<float>(K) + args.eps);
       logit_one = static_cast<float>(ae) * inv;

@@ -188,21 +188,24 @@ __device__ __forceinline__ void order_pair(uint32_t& ka, int& ia, uint32_t& kb, 
 // dependent chain. Thread i scores expert i (`logit` and `bias`: expert i's router logit and
 // selection bias, loaded ahead by the caller, e.g. the bias before a PDL wait) and stores its key;
 // after one barrier warp 0 picks alone: lane l sorts the keys of experts kW l .. kW l + kW - 1 in
-// registers (a 19-comparator network), then each pick is one redux.sync pair over the lanes' first
-// keys, and the winning lane shifts its list. score: [E] floats of shared memory; out_ids/out_w
-// (shared or global) as top_k_token. Every thread of the block must call it; it holds one
-// __syncthreads, and out_ids/out_w are written by warp 0 only (the caller synchronises before
-// reading them from other warps).
-// Its earlier form (each warp its own top_k of 32 by redux rounds, a barrier, then warp 0 over the
-// 8 x top_k candidates by redux rounds) took 3.05 us a block from the router sums' loads to the
-// pick's barrier, this one 2.45; the loads and a barrier alone take 0.18 (H100, 512 blocks of 256
-// threads at once as in the routed gate/up, E 256, top_k 6: bench/kernels/routed_pick_bench.cu,
-// thirty-ninth session, docs/PERFORMANCE.md). Warp 0 loading all 256 sums itself (no first
-// barrier) measured slower in a first probe: one warp's eight loads a lane of 32 lines each.
+// registers (a 19-comparator network), then each pick is one redux.sync over the lanes' first
+// keys, and the lanes holding it shift their lists. Each pick's winners are counted by a ballot
+// off that chain; when a pick had two (the same key first in two lanes), the picks are made again
+// with a second redux a pick, for the lower id. score: [E] floats of shared memory; out_ids/out_w:
+// shared memory, as top_k_token describes them. slot >= 0: only out_ids[0 .. slot] are written
+// (slot + 1 picks; no scores summed, no weights, no shared slots), what a block serving one routed
+// slot needs. Every thread of the block must call it; it holds one __syncthreads, and out_ids/out_w
+// are written by warp 0 only (the caller synchronises before reading them from other warps).
+// H100, 512 blocks of 256 threads at once as in the routed gate/up, E 256, top_k 6
+// (bench/kernels/routed_pick_bench.cu and a probe timing its phases, fortieth session,
+// docs/PERFORMANCE.md): the L2 round trip of the router sums is ~1600 of the ~4300 cycles that a
+// block took in the thirty-ninth session's form (a redux pair a pick, every block the whole pick
+// with its weights); a redux.sync is ~90 cycles of a pick's ~195.
 inline constexpr int kBlockTopKMax = 8;
 template <int kW>
 __device__ __forceinline__ void top_k_token_block(float logit, float bias, const MoeRouting& r,
-                                                  float* score, int32_t* out_ids, float* out_w) {
+                                                  float* score, int32_t* out_ids, float* out_w,
+                                                  int slot = -1) {
   static_assert(kW == 8, "top_k_token_block: a sorting network of 8 keys a lane");
   __shared__ __align__(16) uint32_t skey[32 * kW];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -217,53 +220,71 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
   skey[e] = key;
   __syncthreads();
   if (warp != 0) return;
-  const uint4 lo = reinterpret_cast<const uint4*>(skey)[2 * lane];
-  const uint4 hi = reinterpret_cast<const uint4*>(skey)[2 * lane + 1];
-  uint32_t k[kW] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  uint32_t k[kW];
   int id[kW];
+  // This lane's keys, sorted descending by (key, -id).
+  auto load_sorted = [&] {
+    const uint4 lo = reinterpret_cast<const uint4*>(skey)[2 * lane];
+    const uint4 hi = reinterpret_cast<const uint4*>(skey)[2 * lane + 1];
+    k[0] = lo.x, k[1] = lo.y, k[2] = lo.z, k[3] = lo.w, k[4] = hi.x, k[5] = hi.y, k[6] = hi.z,
+    k[7] = hi.w;
 #pragma unroll
-  for (int j = 0; j < kW; ++j) id[j] = kW * lane + j;
-  // Descending by (key, -id): (k[a], id[a]) before (k[b], id[b]) after each comparator.
-  auto cas = [&](int a, int b) { order_pair(k[a], id[a], k[b], id[b]); };
-  cas(0, 1), cas(2, 3), cas(4, 5), cas(6, 7);
-  cas(0, 2), cas(1, 3), cas(4, 6), cas(5, 7);
-  cas(1, 2), cas(5, 6);
-  cas(0, 4), cas(1, 5), cas(2, 6), cas(3, 7);
-  cas(2, 4), cas(3, 5);
-  cas(1, 2), cas(3, 4), cas(5, 6);
-  int picks[kBlockTopKMax];
-#pragma unroll
-  for (int p = 0; p < kBlockTopKMax; ++p) {
-    if (p >= K) break;
-    const uint32_t top = __reduce_max_sync(0xffffffffu, k[0]);
-    const int best_e = static_cast<int>(
-        __reduce_min_sync(0xffffffffu, k[0] == top ? static_cast<uint32_t>(id[0]) : 0xffffffffu));
-    picks[p] = best_e;
-    const bool won = id[0] == best_e;  // this lane's first key was picked: shift the rest up
+    for (int j = 0; j < kW; ++j) id[j] = kW * lane + j;
+    auto cas = [&](int a, int b) { order_pair(k[a], id[a], k[b], id[b]); };
+    cas(0, 1), cas(2, 3), cas(4, 5), cas(6, 7);
+    cas(0, 2), cas(1, 3), cas(4, 6), cas(5, 7);
+    cas(1, 2), cas(5, 6);
+    cas(0, 4), cas(1, 5), cas(2, 6), cas(3, 7);
+    cas(2, 4), cas(3, 5);
+    cas(1, 2), cas(3, 4), cas(5, 6);
+  };
+  auto shift_if = [&](bool won) {  // this lane's first key was picked: shift the rest up
 #pragma unroll
     for (int j = 0; j + 1 < kW; ++j) {
       k[j] = won ? k[j + 1] : k[j];
       id[j] = won ? id[j + 1] : id[j];
     }
     k[kW - 1] = won ? 0u : k[kW - 1];
+  };
+  load_sorted();
+  const int n = slot < 0 ? K : slot + 1;
+  // One redux a pick; the lanes holding the pick's key shift, and the first of them stores its
+  // id (the ballot and the store are off the chain from one redux to the next).
+  unsigned tie = 0;  // a pick with two winners: a tie across lanes
+#pragma unroll
+  for (int p = 0; p < kBlockTopKMax; ++p) {
+    if (p >= n) break;
+    const uint32_t top = __reduce_max_sync(0xffffffffu, k[0]);
+    const bool won = k[0] == top;
+    const unsigned b = __ballot_sync(0xffffffffu, won);
+    tie |= b & (b - 1u);
+    if (lane == __ffs(b) - 1) out_ids[p] = id[0];
+    shift_if(won);
   }
+  if (tie != 0) {  // warp-uniform and rare: again, each pick the lower id among its key's lanes
+    load_sorted();
+#pragma unroll
+    for (int p = 0; p < kBlockTopKMax; ++p) {
+      if (p >= n) break;
+      const uint32_t top = __reduce_max_sync(0xffffffffu, k[0]);
+      const int best = static_cast<int>(
+          __reduce_min_sync(0xffffffffu, k[0] == top ? static_cast<uint32_t>(id[0]) : 0xffffffffu));
+      if (lane == 0) out_ids[p] = best;
+      shift_if(id[0] == best);
+    }
+  }
+  if (slot >= 0) return;
+  __syncwarp();
   float picked_sum = 0.0f, my_w = 0.0f;
-  int my_id = 0;
 #pragma unroll
   for (int p = 0; p < kBlockTopKMax; ++p) {
     if (p >= K) break;
-    const float sc = score[picks[p]];
-    if (lane == p) {
-      my_w = sc;
-      my_id = picks[p];
-    }
+    const float sc = score[out_ids[p]];
+    if (lane == p) my_w = sc;
     picked_sum += sc;
   }
   const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
-  if (lane < K) {
-    out_ids[lane] = my_id;
-    out_w[lane] = my_w * scale;
-  }
+  if (lane < K) out_w[lane] = my_w * scale;
   if (lane < r.num_shared_slots) {
     out_ids[K + lane] = E + lane;
     out_w[K + lane] = 1.0f;
