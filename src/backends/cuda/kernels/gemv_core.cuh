@@ -328,7 +328,8 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
     if (args.route_acc != nullptr) {
       const double* acc = args.route_acc + int64_t(t) * route_acc_doubles(E);
       // Warp w reads copy w of the sum of squares: 512 blocks' 8 warps on one line were a
-      // queue at its L2 slice (routed_pick_bench, H100: ~300 of ~4300 cycles a block).
+      // queue at its L2 slice (a scratch probe of the pick, H100, 512 blocks: ~300 of the ~4300
+      // cycles a block took; fortieth session, docs/PERFORMANCE.md).
       const double ss =
           __ldcg(acc + int64_t(E + (threadIdx.x >> 5) % kRouteSsCopies) * kRouteAccStride);
       const double ae = mine ? __ldcg(acc + int64_t(threadIdx.x) * kRouteAccStride) : 0.0;

@@ -196,11 +196,12 @@ __device__ __forceinline__ void order_pair(uint32_t& ka, int& ia, uint32_t& kb, 
 // (slot + 1 picks; no scores summed, no weights, no shared slots), what a block serving one routed
 // slot needs. Every thread of the block must call it; it holds one __syncthreads, and out_ids/out_w
 // are written by warp 0 only (the caller synchronises before reading them from other warps).
-// H100, 512 blocks of 256 threads at once as in the routed gate/up, E 256, top_k 6
-// (bench/kernels/routed_pick_bench.cu and a probe timing its phases, fortieth session,
-// docs/PERFORMANCE.md): the L2 round trip of the router sums is ~1600 of the ~4300 cycles that a
-// block took in the thirty-ninth session's form (a redux pair a pick, every block the whole pick
-// with its weights); a redux.sync is ~90 cycles of a pick's ~195.
+// H100, 512 blocks of 256 threads at once as in the routed gate/up, E 256, top_k 6, from the
+// router sums' loads to the pick read after the last barrier (bench/kernels/routed_pick_bench.cu,
+// fortieth session, docs/PERFORMANCE.md): the last slot's blocks 2439 ns in the thirty-ninth
+// session's form (a redux pair a pick, every block the whole pick with its weights, one copy of
+// the sum of squares), 1564 now; the loads alone take 1075 of it. A scratch probe timing the old
+// form's phases by clock64 (not kept): ~1600 of its ~4300 cycles were the loads, ~195 each pick.
 inline constexpr int kBlockTopKMax = 8;
 template <int kW>
 __device__ __forceinline__ void top_k_token_block(float logit, float bias, const MoeRouting& r,
