@@ -263,6 +263,7 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
     shift_if(won);
   }
   if (tie != 0) {  // warp-uniform and rare: again, each pick the lower id among its key's lanes
+    __syncwarp();  // the winners' stores to out_ids before lane 0's below
     load_sorted();
 #pragma unroll
     for (int p = 0; p < kBlockTopKMax; ++p) {
