@@ -161,11 +161,12 @@ struct Row {
 
 // --ktrace: replays `exec` with the kernels' timeline stamps on (a FLINT_KTRACE build) and
 // summarises the records by kernel kind.
-Result<std::vector<KTraceRow>> trace_graph(cudaGraphExec_t exec, int replays, cudaStream_t s) {
+Result<std::vector<KTraceRow>> trace_graph(cudaGraphExec_t exec, int replays, int block,
+                                           cudaStream_t s) {
   constexpr int kCap = 4096;
   FLINT_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::allocate(ktrace_buffer_bytes(kCap)));
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
-  FLINT_CUDA_CHECK(ktrace_attach(buf.data(), kCap));
+  FLINT_CUDA_CHECK(ktrace_attach(buf.data(), kCap, block));
   std::vector<std::vector<KTraceRecord>> all;
   Status status = ok();
   for (int i = 0; i < replays + 2 && status; ++i) {  // the first two are a warm-up
@@ -340,7 +341,7 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   }
   std::vector<KTraceRow> ktrace;
   if (opt.ktrace && exec != nullptr && !plan.persistent) {
-    FLINT_ASSIGN_OR_RETURN(ktrace, trace_graph(exec, opt.steps, s));
+    FLINT_ASSIGN_OR_RETURN(ktrace, trace_graph(exec, opt.steps, opt.ktrace_block, s));
   }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);

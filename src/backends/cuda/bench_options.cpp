@@ -71,6 +71,10 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
   if (opt.decode_path != "persistent" && opt.decode_path != "layered") {
     return bad("--decode-path must be persistent or layered, got '{}'", opt.decode_path);
   }
+  if (opt.ktrace_block != 0 && !opt.ktrace) return bad("--ktrace-block goes with --ktrace");
+  if (opt.ktrace_block < 0 || opt.ktrace_block > 65535) {
+    return bad("--ktrace-block must be a block index in 0..65535, got {}", opt.ktrace_block);
+  }
   if (opt.ktrace && !ktrace_compiled()) {
     return bad("--ktrace needs a build with -DFLINT_KTRACE=ON (the kernels' timeline stamps)");
   }
@@ -157,6 +161,8 @@ int decode_bench_main(int argc, char** argv) {
       opt.decode_path = argv[i + 1];
     } else if (k == "--head") {
       opt.heads = strings(argv[i + 1]);
+    } else if (k == "--ktrace-block") {
+      opt.ktrace_block = std::atoi(argv[i + 1]);
     } else if (k == "--layers") {
       layers = std::atoll(argv[i + 1]);
     } else {

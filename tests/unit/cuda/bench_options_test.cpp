@@ -84,6 +84,12 @@ TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
          o.heads = {"greedy"};
          o.decode_path = "persistent";
        }},
+      {"--ktrace-block", [](BenchOptions& o) { o.ktrace_block = 3; }},
+      {"--ktrace-block",
+       [](BenchOptions& o) {
+         o.ktrace = true;
+         o.ktrace_block = -1;
+       }},
       {"--warmup", [](BenchOptions& o) { o.warmup = -1; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 0.0; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 1.5; }},

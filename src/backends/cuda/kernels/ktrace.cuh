@@ -1,8 +1,9 @@
 // Device side of the kernel timeline trace (ktrace.h): ktrace_begin(tag) at a traced kernel's
 // first line, ktrace_mark(point) at its marks, ktrace_end() after its block function returns.
-// Only thread 0 of block 0 records; at ktrace_end lane 0 of every warp of every block also raises
-// one of the buffer's latest-end slots, whose maximum the next launch's block 0 reads after its
-// wait (the previous launch's stragglers). Without FLINT_KTRACE every call is empty.
+// Only thread 0 of one block records (block 0 unless ktrace_attach names another); at ktrace_end
+// lane 0 of every warp of every block also raises one of the buffer's latest-end slots, whose
+// maximum the next launch's block 0 reads after its wait (the previous launch's stragglers).
+// Without FLINT_KTRACE every call is empty.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,16 +17,18 @@ namespace flint::cuda {
 #ifdef FLINT_KTRACE
 // Each translation unit's kernels read their own copy of the buffer pointer; every copy registers
 // its setter here at static initialisation, and ktrace_attach calls them all (ktrace.cu).
-using KTraceAttachFn = cudaError_t (*)(void* buf, int cap);
+using KTraceAttachFn = cudaError_t (*)(void* buf, int cap, int block);
 bool ktrace_register(KTraceAttachFn fn);
 
 namespace {
 __device__ unsigned char* g_ktrace_buf = nullptr;
 __device__ int g_ktrace_cap = 0;
-cudaError_t ktrace_attach_here(void* buf, int cap) {
+__device__ int g_ktrace_block = 0;  // the blockIdx.x that records (kt_recorder)
+cudaError_t ktrace_attach_here(void* buf, int cap, int block) {
   unsigned char* p = static_cast<unsigned char*>(buf);
   cudaError_t e = cudaMemcpyToSymbol(g_ktrace_buf, &p, sizeof p);
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_ktrace_cap, &cap, sizeof cap);
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_ktrace_block, &block, sizeof block);
   return e;
 }
 [[maybe_unused]] const bool g_ktrace_registered = ktrace_register(&ktrace_attach_here);
@@ -45,9 +48,11 @@ __device__ __forceinline__ KtSlot& kt_slot() {
   __shared__ KtSlot s;
   return s;
 }
+// Thread 0 of block (b, 0, 0), b the attached block clamped to the grid (0 unless the bench's
+// --ktrace-block says otherwise).
 __device__ __forceinline__ bool kt_recorder() {
-  return threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.x == 0 && blockIdx.y == 0 &&
-         blockIdx.z == 0;
+  return threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && blockIdx.z == 0 &&
+         blockIdx.x == min(static_cast<unsigned>(g_ktrace_block), gridDim.x - 1);
 }
 __device__ __forceinline__ uint64_t kt_now() {
   uint64_t t;
