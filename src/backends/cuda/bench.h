@@ -36,9 +36,8 @@ struct BenchOptions {
   // Layered decode steps: replay the step's graph with the kernels' timeline stamps on and print
   // where each kernel kind's time goes (needs a -DFLINT_KTRACE=ON build; kernels/ktrace.h).
   bool ktrace = false;
-  // --ktrace-block: the blockIdx.x whose thread 0 records each launch's timeline (clamped to the
-  // launch's grid; blockIdx.y and z are 0). Block 0 of the routed gate/up publishes the pick
-  // with a fence that the other blocks do not wait for.
+  // --ktrace-block: the linear block index (x fastest) whose thread 0 records each launch's
+  // timeline, clamped to the launch's grid.
   int ktrace_block = 0;
   int warmup = 5;
   int steps = 40;

@@ -48,11 +48,13 @@ __device__ __forceinline__ KtSlot& kt_slot() {
   __shared__ KtSlot s;
   return s;
 }
-// Thread 0 of block (b, 0, 0), b the attached block clamped to the grid (0 unless the bench's
-// --ktrace-block says otherwise).
+// Thread 0 of the block whose linear index (x fastest, then y, then z) is the attached one,
+// clamped to the grid (block 0 unless the bench's --ktrace-block says otherwise).
 __device__ __forceinline__ bool kt_recorder() {
-  return threadIdx.x == 0 && threadIdx.y == 0 && blockIdx.y == 0 && blockIdx.z == 0 &&
-         blockIdx.x == min(static_cast<unsigned>(g_ktrace_block), gridDim.x - 1);
+  const unsigned last = gridDim.x * gridDim.y * gridDim.z - 1;
+  const unsigned lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  return threadIdx.x == 0 && threadIdx.y == 0 &&
+         lin == min(static_cast<unsigned>(g_ktrace_block), last);
 }
 __device__ __forceinline__ uint64_t kt_now() {
   uint64_t t;

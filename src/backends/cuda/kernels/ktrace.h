@@ -60,8 +60,8 @@ inline int64_t ktrace_buffer_bytes(int cap) {
 // True when the kernels were compiled with the trace points.
 bool ktrace_compiled();
 // Points every traced kernel at `buf` (ktrace_buffer_bytes(cap) bytes, device), or at nothing
-// (null). Block (block, 0, 0) of each launch records, or its last block in x when its grid is
-// narrower. Not a stream operation: call it outside graph capture, with no traced kernel running.
+// (null). The block of linear index `block` (x fastest) of each launch records, or its last
+// block when the grid is smaller. Not a stream operation: call it outside graph capture, with no traced kernel running.
 cudaError_t ktrace_attach(void* buf, int cap, int block = 0);
 
 }  // namespace flint::cuda
