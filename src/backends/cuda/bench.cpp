@@ -685,11 +685,12 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
   for (const Row& r : rows) {
     if (r.ktrace.empty()) continue;
     fmt::print(
-        "\nKernel timeline, {} batch {} context {} (--ktrace: block 0's %globaltimer stamps, mean "
-        "us over {} graph replays; marks per kind in kernels/ktrace.h; cycle = this launch's wait "
-        "end to the next one's, cycle x n = its share of the step; end->next split into block 0's "
-        "end -> the launch's last warp end -> the next wait end):\n\n",
-        r.dtype, r.batch, r.ctx, opt.steps);
+        "\nKernel timeline, {} batch {} context {} (--ktrace: block {}'s %globaltimer stamps "
+        "(linear index, clamped to each grid), mean us over {} graph replays; marks per kind in "
+        "kernels/ktrace.h; cycle = this launch's wait end to the next one's, cycle x n = its share "
+        "of the step; end->next split into that block's end -> the launch's last warp end -> the "
+        "next wait end):\n\n",
+        r.dtype, r.batch, r.ctx, opt.ktrace_block, opt.steps);
     fmt::print(
         "| kernel grid | n/step | before wait | wait | ->A | ->B | ->C | ->end | end->next | "
         "->last end | ->next wait | cycle | cycle x n ms |\n"
