@@ -61,7 +61,8 @@ inline int64_t ktrace_buffer_bytes(int cap) {
 bool ktrace_compiled();
 // Points every traced kernel at `buf` (ktrace_buffer_bytes(cap) bytes, device), or at nothing
 // (null). The block of linear index `block` (x fastest) of each launch records, or its last
-// block when the grid is smaller. Not a stream operation: call it outside graph capture, with no traced kernel running.
+// block when the grid is smaller. Not a stream operation: call it outside graph capture, with no
+// traced kernel running.
 cudaError_t ktrace_attach(void* buf, int cap, int block = 0);
 
 }  // namespace flint::cuda
