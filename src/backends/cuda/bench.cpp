@@ -711,12 +711,10 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
     if (opt.ktrace_ends != "y-warp") continue;
     fmt::print(
         "\nLatest warp ends by grid row y (mod 8) and warp w (mod 8), us after the launch's wait "
-        "end (--ktrace-ends y-warp, kinds of more than one grid row; blank: no warp of this "
-        "launch there):\n\n"
+        "end (--ktrace-ends y-warp; blank: no warp of this launch there):\n\n"
         "| kernel grid | y | w0 | w1 | w2 | w3 | w4 | w5 | w6 | w7 |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const KTraceRow& k : r.ktrace) {
-      if (k.grid_y < 2) continue;  // hashed (ktrace.cuh)
       for (int y = 0; y < 8; ++y) {
         std::string cells;
         bool any = false;

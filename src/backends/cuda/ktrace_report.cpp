@@ -18,7 +18,7 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
       const std::string kind = fmt::format("{} {}x{}x{}", ktag_name(static_cast<KTag>(r.tag)),
                                            r.grid_x, r.grid_y, r.grid_z);
       auto [it, fresh] = index.try_emplace(kind, rows.size());
-      if (fresh) rows.push_back(KTraceRow{kind, r.grid_y});
+      if (fresh) rows.push_back(KTraceRow{kind});
       KTraceRow& row = rows[it->second];
       row.per_step += 1;
       const uint64_t* t = r.t;

@@ -13,7 +13,6 @@ namespace flint::cuda {
 // Means in microseconds over every launch of the kind in every replay.
 struct KTraceRow {
   std::string kind;     // "tag grid.x x grid.y x grid.z"
-  uint32_t grid_y = 0;  // the launches' grid.y
   double per_step = 0;  // launches per replay
   double prologue = 0;  // start -> wait begin (before the PDL wait)
   double wait = 0;      // wait begin -> wait end

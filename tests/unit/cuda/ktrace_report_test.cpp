@@ -42,7 +42,6 @@ TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
   ASSERT_EQ(rows.size(), 2u);
   const KTraceRow& g = rows[0];
   EXPECT_EQ(g.kind, "gemv 640x1x1");
-  EXPECT_EQ(g.grid_y, 1u);
   EXPECT_DOUBLE_EQ(g.per_step, 1.5);  // three launches over two replays
   EXPECT_DOUBLE_EQ(g.prologue, (1.0 + 0.5 + 2.0) / 3);
   EXPECT_DOUBLE_EQ(g.wait, (3.0 + 1.5 + 3.0) / 3);
@@ -56,7 +55,6 @@ TEST(KTraceReport, SegmentsAreMeansPerKindAndCyclesEndAtTheNextWaitEnd) {
   EXPECT_DOUBLE_EQ(g.to_next, (1.0 + 3.0) / 2);
   const KTraceRow& a = rows[1];
   EXPECT_EQ(a.kind, "attention 4x5x1");
-  EXPECT_EQ(a.grid_y, 5u);
   EXPECT_DOUBLE_EQ(a.per_step, 1.0);
   EXPECT_DOUBLE_EQ(a.seg[0], 1.0);
   EXPECT_DOUBLE_EQ(a.seg[1], (1.0 + 2.0) / 2);

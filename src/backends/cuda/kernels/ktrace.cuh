@@ -128,9 +128,7 @@ __device__ __forceinline__ void ktrace_end() {
   if (g_ktrace_buf != nullptr && (threadIdx.x & 31) == 0) {
     const unsigned warp = threadIdx.x >> 5;
     const int key = g_ktrace_end_key;
-    // A one-row grid stays hashed: its thousands of warps on 8 lines were a queue at the L2
-    // (moe_down's hand-off 2 -> 10 us in the first run of the y-warp key).
-    const unsigned w = key == static_cast<int>(KTraceEndKey::kGridYWarp) && gridDim.y > 1
+    const unsigned w = key == static_cast<int>(KTraceEndKey::kGridYWarp)
                            ? (blockIdx.y % 8u) * 8u + warp % 8u
                            : (blockIdx.x + blockIdx.y + blockIdx.z) * 37u + warp;
     atomicMax(kt_end_slot(static_cast<int>(w % kKTraceEndSlots)),

@@ -46,9 +46,9 @@ inline constexpr int64_t kKTraceEndSlotBytes = 128;
 inline constexpr int64_t kKTraceHeaderBytes = kKTraceEndSlotBytes * (kKTraceEndSlots + 1);
 
 // Which end slot a warp raises at ktrace_end: spread by a hash of its block and warp (the
-// default: only the maximum means anything), or, in grids of more than one row, slot
-// 8 (blockIdx.y % 8) + warp % 8, so that the slots tell which rows of the grid and which warps of
-// their blocks end last (decode_step_bench --ktrace-ends y-warp).
+// default: only the maximum means anything), or slot 8 (blockIdx.y % 8) + warp % 8, so that the
+// slots tell which rows of the grid and which warps of their blocks end last
+// (decode_step_bench --ktrace-ends y-warp).
 enum class KTraceEndKey : int { kHash = 0, kGridYWarp = 1 };
 
 struct KTraceRecord {
