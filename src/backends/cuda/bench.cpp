@@ -162,11 +162,11 @@ struct Row {
 // --ktrace: replays `exec` with the kernels' timeline stamps on (a FLINT_KTRACE build) and
 // summarises the records by kernel kind.
 Result<std::vector<KTraceRow>> trace_graph(cudaGraphExec_t exec, int replays, int block,
-                                           KTraceEndKey end_key, cudaStream_t s) {
+                                           cudaStream_t s) {
   constexpr int kCap = 4096;
   FLINT_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::allocate(ktrace_buffer_bytes(kCap)));
   FLINT_CUDA_CHECK(cudaStreamSynchronize(s));
-  FLINT_CUDA_CHECK(ktrace_attach(buf.data(), kCap, block, end_key));
+  FLINT_CUDA_CHECK(ktrace_attach(buf.data(), kCap, block));
   std::vector<std::vector<KTraceRecord>> all;
   Status status = ok();
   for (int i = 0; i < replays + 2 && status; ++i) {  // the first two are a warm-up
@@ -341,9 +341,7 @@ Result<Row> bench_one(const DeviceWeights& w, const std::string& dtype, int batc
   }
   std::vector<KTraceRow> ktrace;
   if (opt.ktrace && exec != nullptr && !plan.persistent) {
-    const KTraceEndKey key =
-        opt.ktrace_ends == "y-warp" ? KTraceEndKey::kGridYWarp : KTraceEndKey::kHash;
-    FLINT_ASSIGN_OR_RETURN(ktrace, trace_graph(exec, opt.steps, opt.ktrace_block, key, s));
+    FLINT_ASSIGN_OR_RETURN(ktrace, trace_graph(exec, opt.steps, opt.ktrace_block, s));
   }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
@@ -708,24 +706,6 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
           k.straggle, k.handoff, k.cycle, share);
     }
     fmt::print("| all traced | | | | | | | | | | | | {:.3f} |\n", total);
-    if (opt.ktrace_ends != "y-warp") continue;
-    fmt::print(
-        "\nLatest warp ends by grid row y (mod 8) and warp w (mod 8), us after the launch's wait "
-        "end (--ktrace-ends y-warp; blank: no warp of this launch there):\n\n"
-        "| kernel grid | y | w0 | w1 | w2 | w3 | w4 | w5 | w6 | w7 |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (const KTraceRow& k : r.ktrace) {
-      for (int y = 0; y < 8; ++y) {
-        std::string cells;
-        bool any = false;
-        for (int w = 0; w < 8; ++w) {
-          const int i = 8 * y + w;
-          any = any || k.end_slot_n[i] > 0;
-          cells += k.end_slot_n[i] > 0 ? fmt::format(" {:.2f} |", k.end_slot[i]) : " |";
-        }
-        if (any) fmt::print("| {} | {} |{}\n", k.kind, y, cells);
-      }
-    }
   }
   for (const bool wait : {false, true}) {
     std::vector<std::vector<std::pair<std::string, float>>> phases;

@@ -39,9 +39,6 @@ struct BenchOptions {
   // --ktrace-block: the linear block index (x fastest) whose thread 0 records each launch's
   // timeline, clamped to the launch's grid.
   int ktrace_block = 0;
-  // --ktrace-ends: "hash" (the default) or "y-warp", the end slots keyed by grid row and warp
-  // (KTraceEndKey::kGridYWarp); then each kind's latest warp ends are printed per row and warp.
-  std::string ktrace_ends = "hash";
   int warmup = 5;
   int steps = 40;
   double gpu_memory_utilization = 0.95;

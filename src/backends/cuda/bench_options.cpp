@@ -75,10 +75,6 @@ Status validate_bench_options(const model::FlintConfig& config, const BenchOptio
   if (opt.ktrace_block < 0 || opt.ktrace_block > 65535) {
     return bad("--ktrace-block must be a block index in 0..65535, got {}", opt.ktrace_block);
   }
-  if (opt.ktrace_ends != "hash" && opt.ktrace_ends != "y-warp") {
-    return bad("--ktrace-ends must be hash or y-warp, got '{}'", opt.ktrace_ends);
-  }
-  if (opt.ktrace_ends != "hash" && !opt.ktrace) return bad("--ktrace-ends goes with --ktrace");
   if (opt.ktrace && !ktrace_compiled()) {
     return bad("--ktrace needs a build with -DFLINT_KTRACE=ON (the kernels' timeline stamps)");
   }
@@ -165,8 +161,6 @@ int decode_bench_main(int argc, char** argv) {
       opt.decode_path = argv[i + 1];
     } else if (k == "--head") {
       opt.heads = strings(argv[i + 1]);
-    } else if (k == "--ktrace-ends") {
-      opt.ktrace_ends = argv[i + 1];
     } else if (k == "--ktrace-block") {
       opt.ktrace_block = std::atoi(argv[i + 1]);
     } else if (k == "--layers") {

@@ -37,13 +37,6 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
         row.to_next += us(t[kKtEnd], next);
         row.cycle += us(t[kKtWaitEnd], next);
         row.cycles += 1;
-        for (int k = 0; k < kKTraceEndSlots; ++k) {
-          const uint64_t e = recs[i + 1].prev_ends[k];
-          if (e > t[kKtWaitEnd] && e <= next) {
-            row.end_slot[k] += us(t[kKtWaitEnd], e);
-            row.end_slot_n[k] += 1;
-          }
-        }
         const uint64_t last = recs[i + 1].prev_last_end;
         if (last != 0 && last >= t[kKtEnd] && last <= next) {
           row.straggle += us(t[kKtEnd], last);
@@ -62,9 +55,6 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
     if (row.cycles > 0) {
       row.to_next /= row.cycles;
       row.cycle /= row.cycles;
-    }
-    for (int k = 0; k < kKTraceEndSlots; ++k) {
-      if (row.end_slot_n[k] > 0) row.end_slot[k] /= row.end_slot_n[k];
     }
     if (row.split_cycles > 0) {
       row.straggle /= row.split_cycles;

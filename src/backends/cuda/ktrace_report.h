@@ -25,11 +25,6 @@ struct KTraceRow {
   int split_cycles = 0;
   double cycle = 0;  // wait end -> the next launch's wait end: what the launch costs the step
   int cycles = 0;    // launches that had a next one (those cycle and to_next average over)
-  // Each end slot's latest warp end after this launch's wait end (the next record's prev_ends,
-  // counted where it lies between this wait end and the next one: raised by this launch), and
-  // the launches that counted. With --ktrace-ends y-warp, slot 8 y + w is warp w of grid row y.
-  double end_slot[kKTraceEndSlots] = {};
-  int end_slot_n[kKTraceEndSlots] = {};
 };
 
 // `replays`: each replay's records in the order they were taken. Kinds in order of first launch.

@@ -90,12 +90,6 @@ TEST(BenchOptions, OutOfRangeValuesNameTheirFlag) {
          o.ktrace = true;
          o.ktrace_block = -1;
        }},
-      {"--ktrace-ends", [](BenchOptions& o) { o.ktrace_ends = "y-warp"; }},
-      {"--ktrace-ends",
-       [](BenchOptions& o) {
-         o.ktrace = true;
-         o.ktrace_ends = "warp";
-       }},
       {"--warmup", [](BenchOptions& o) { o.warmup = -1; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 0.0; }},
       {"--gpu-memory-utilization", [](BenchOptions& o) { o.gpu_memory_utilization = 1.5; }},

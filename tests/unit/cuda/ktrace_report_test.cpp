@@ -103,29 +103,6 @@ TEST(KTraceReport, ALatestEndOutsideTheGapIsNotCounted) {
   EXPECT_EQ(rows[1].split_cycles, 0);
 }
 
-TEST(KTraceReport, EndSlotsAreMeansAfterTheWaitEndOfTheLaunchThatRaisedThem) {
-  // gemv waits until 3000 and moe_down until 9000; the next records' copies of the slots say
-  // when each slot's latest warp ended.
-  std::vector<std::vector<KTraceRecord>> replays = {gemv_down_gemv(), gemv_down_gemv()};
-  replays[0][1].prev_ends[0] = 7000;   // gemv: 4 us after its wait end
-  replays[1][1].prev_ends[0] = 8000;   // 5 us
-  replays[0][1].prev_ends[9] = 2000;   // before gemv's wait end: an earlier launch's, not counted
-  replays[1][1].prev_ends[63] = 9500;  // after the next wait end (9000): not gemv's
-  replays[0][2].prev_ends[9] = 14000;  // moe_down: 5 us after its wait end
-  const std::vector<KTraceRow> rows = summarize_ktrace(replays);
-  ASSERT_EQ(rows.size(), 2u);
-  const KTraceRow& g = rows[0];
-  EXPECT_EQ(g.end_slot_n[0], 2);
-  EXPECT_DOUBLE_EQ(g.end_slot[0], (4.0 + 5.0) / 2);
-  EXPECT_EQ(g.end_slot_n[9], 0);
-  EXPECT_DOUBLE_EQ(g.end_slot[9], 0.0);
-  EXPECT_EQ(g.end_slot_n[63], 0);
-  const KTraceRow& d = rows[1];
-  EXPECT_EQ(d.end_slot_n[9], 1);
-  EXPECT_DOUBLE_EQ(d.end_slot[9], 5.0);
-  EXPECT_EQ(d.end_slot_n[0], 0);
-}
-
 TEST(KTraceReport, NoReplaysGiveNoRows) { EXPECT_TRUE(summarize_ktrace({}).empty()); }
 
 TEST(KTraceReport, EveryTaggedKernelKindHasItsOwnName) {

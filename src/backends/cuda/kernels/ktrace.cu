@@ -43,16 +43,15 @@ bool ktrace_register(KTraceAttachFn fn) {
 
 bool ktrace_compiled() { return true; }
 
-cudaError_t ktrace_attach(void* buf, int cap, int block, KTraceEndKey end_key) {
+cudaError_t ktrace_attach(void* buf, int cap, int block) {
   for (KTraceAttachFn fn : registry()) {
-    if (const cudaError_t e = fn(buf, cap, block, static_cast<int>(end_key)); e != cudaSuccess)
-      return e;
+    if (const cudaError_t e = fn(buf, cap, block); e != cudaSuccess) return e;
   }
   return cudaSuccess;
 }
 #else
 bool ktrace_compiled() { return false; }
-cudaError_t ktrace_attach(void*, int, int, KTraceEndKey) { return cudaErrorNotSupported; }
+cudaError_t ktrace_attach(void*, int, int) { return cudaErrorNotSupported; }
 #endif
 
 }  // namespace flint::cuda

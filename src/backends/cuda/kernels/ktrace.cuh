@@ -17,20 +17,18 @@ namespace flint::cuda {
 #ifdef FLINT_KTRACE
 // Each translation unit's kernels read their own copy of the buffer pointer; every copy registers
 // its setter here at static initialisation, and ktrace_attach calls them all (ktrace.cu).
-using KTraceAttachFn = cudaError_t (*)(void* buf, int cap, int block, int end_key);
+using KTraceAttachFn = cudaError_t (*)(void* buf, int cap, int block);
 bool ktrace_register(KTraceAttachFn fn);
 
 namespace {
 __device__ unsigned char* g_ktrace_buf = nullptr;
 __device__ int g_ktrace_cap = 0;
-__device__ int g_ktrace_block = 0;    // the linear block index that records (kt_recorder)
-__device__ int g_ktrace_end_key = 0;  // KTraceEndKey: the end slot a warp raises (ktrace_end)
-cudaError_t ktrace_attach_here(void* buf, int cap, int block, int end_key) {
+__device__ int g_ktrace_block = 0;  // the blockIdx.x that records (kt_recorder)
+cudaError_t ktrace_attach_here(void* buf, int cap, int block) {
   unsigned char* p = static_cast<unsigned char*>(buf);
   cudaError_t e = cudaMemcpyToSymbol(g_ktrace_buf, &p, sizeof p);
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_ktrace_cap, &cap, sizeof cap);
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_ktrace_block, &block, sizeof block);
-  if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_ktrace_end_key, &end_key, sizeof end_key);
   return e;
 }
 [[maybe_unused]] const bool g_ktrace_registered = ktrace_register(&ktrace_attach_here);
@@ -114,10 +112,7 @@ __device__ __forceinline__ void ktrace_mark([[maybe_unused]] int point) {
     asm volatile("cp.async.wait_all;" ::: "memory");
     unsigned long long last = 0;
 #pragma unroll
-    for (int i = 0; i < kKTraceEndSlots; ++i) {
-      last = max(last, kt_slot().ends[i]);
-      r->prev_ends[i] = kt_slot().ends[i];
-    }
+    for (int i = 0; i < kKTraceEndSlots; ++i) last = max(last, kt_slot().ends[i]);
     r->prev_last_end = last;
   }
 #endif
@@ -126,11 +121,7 @@ __device__ __forceinline__ void ktrace_mark([[maybe_unused]] int point) {
 __device__ __forceinline__ void ktrace_end() {
 #ifdef FLINT_KTRACE
   if (g_ktrace_buf != nullptr && (threadIdx.x & 31) == 0) {
-    const unsigned warp = threadIdx.x >> 5;
-    const int key = g_ktrace_end_key;
-    const unsigned w = key == static_cast<int>(KTraceEndKey::kGridYWarp)
-                           ? (blockIdx.y % 8u) * 8u + warp % 8u
-                           : (blockIdx.x + blockIdx.y + blockIdx.z) * 37u + warp;
+    const unsigned w = (blockIdx.x + blockIdx.y + blockIdx.z) * 37u + (threadIdx.x >> 5);
     atomicMax(kt_end_slot(static_cast<int>(w % kKTraceEndSlots)),
               static_cast<unsigned long long>(kt_now()));
   }

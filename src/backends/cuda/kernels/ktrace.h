@@ -37,20 +37,6 @@ enum class KTag : uint32_t {
 };
 const char* ktag_name(KTag t);
 
-// Device buffer layout: a uint32 count (records taken, may exceed cap); from byte 128,
-// kKTraceEndSlots uint64 slots 128 bytes apart, each the latest %globaltimer at which a warp of a
-// traced launch ended (warps spread over the slots, so that their atomics do not queue on one
-// address); records from byte kKTraceHeaderBytes.
-inline constexpr int kKTraceEndSlots = 64;
-inline constexpr int64_t kKTraceEndSlotBytes = 128;
-inline constexpr int64_t kKTraceHeaderBytes = kKTraceEndSlotBytes * (kKTraceEndSlots + 1);
-
-// Which end slot a warp raises at ktrace_end: spread by a hash of its block and warp (the
-// default: only the maximum means anything), or slot 8 (blockIdx.y % 8) + warp % 8, so that the
-// slots tell which rows of the grid and which warps of their blocks end last
-// (decode_step_bench --ktrace-ends y-warp).
-enum class KTraceEndKey : int { kHash = 0, kGridYWarp = 1 };
-
 struct KTraceRecord {
   uint32_t tag = 0;
   uint32_t grid_x = 0, grid_y = 0, grid_z = 0;
@@ -58,10 +44,15 @@ struct KTraceRecord {
   // The latest end of any warp of the earlier traced launches, read by block 0 after its wait:
   // where the previous launch's last warp ended (0: not read).
   uint64_t prev_last_end = 0;
-  // Each end slot as that block found it (prev_last_end is their maximum).
-  uint64_t prev_ends[kKTraceEndSlots] = {};
 };
 
+// Device buffer layout: a uint32 count (records taken, may exceed cap); from byte 128,
+// kKTraceEndSlots uint64 slots 128 bytes apart, each the latest %globaltimer at which a warp of a
+// traced launch ended (warps spread over the slots, so that their atomics do not queue on one
+// address); records from byte kKTraceHeaderBytes.
+inline constexpr int kKTraceEndSlots = 16;
+inline constexpr int64_t kKTraceEndSlotBytes = 128;
+inline constexpr int64_t kKTraceHeaderBytes = kKTraceEndSlotBytes * (kKTraceEndSlots + 1);
 inline int64_t ktrace_buffer_bytes(int cap) {
   return kKTraceHeaderBytes + int64_t(cap) * int64_t(sizeof(KTraceRecord));
 }
@@ -72,7 +63,6 @@ bool ktrace_compiled();
 // (null). The block of linear index `block` (x fastest) of each launch records, or its last
 // block when the grid is smaller. Not a stream operation: call it outside graph capture, with no
 // traced kernel running.
-cudaError_t ktrace_attach(void* buf, int cap, int block = 0,
-                          KTraceEndKey end_key = KTraceEndKey::kHash);
+cudaError_t ktrace_attach(void* buf, int cap, int block = 0);
 
 }  // namespace flint::cuda
