@@ -20,7 +20,7 @@ struct KTraceRow {
   double tail = 0;      // last mark (or wait end) -> end
   double to_next = 0;   // end -> the next launch's wait end (stragglers and the hand-off)
   // to_next in two, over the cycles whose next record read the latest warp end (prev_last_end):
-  double straggle = 0;  // block 0's end -> the launch's last warp end
+  double straggle = 0;  // the recording block's end -> the launch's last warp end
   double handoff = 0;   // the last warp end -> the next launch's wait end
   int split_cycles = 0;
   double cycle = 0;  // wait end -> the next launch's wait end: what the launch costs the step

@@ -2,8 +2,8 @@
 // first line, ktrace_mark(point) at its marks, ktrace_end() after its block function returns.
 // Only thread 0 of one block records (block 0 unless ktrace_attach names another); at ktrace_end
 // lane 0 of every warp of every block also raises one of the buffer's latest-end slots, whose
-// maximum the next launch's block 0 reads after its wait (the previous launch's stragglers).
-// Without FLINT_KTRACE every call is empty.
+// maximum the next launch's recording block reads after its wait (the previous launch's
+// stragglers). Without FLINT_KTRACE every call is empty.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,7 +23,7 @@ bool ktrace_register(KTraceAttachFn fn);
 namespace {
 __device__ unsigned char* g_ktrace_buf = nullptr;
 __device__ int g_ktrace_cap = 0;
-__device__ int g_ktrace_block = 0;  // the blockIdx.x that records (kt_recorder)
+__device__ int g_ktrace_block = 0;  // the linear block index that records (kt_recorder)
 cudaError_t ktrace_attach_here(void* buf, int cap, int block) {
   unsigned char* p = static_cast<unsigned char*>(buf);
   cudaError_t e = cudaMemcpyToSymbol(g_ktrace_buf, &p, sizeof p);
@@ -40,8 +40,8 @@ namespace dev {
 #ifdef FLINT_KTRACE
 struct KtSlot {
   uint32_t slot, check;  // check == ~slot once ktrace_begin took a record in this block
-  // The end slots as block 0 found them after its wait: copied by cp.async at the wait end,
-  // read at ktrace_end, so that the copy's round trip does not hold up the traced block.
+  // The end slots as the recording block found them after its wait: copied by cp.async at the wait
+  // end, read at ktrace_end, so that the copy's round trip does not hold up the traced block.
   unsigned long long ends[kKTraceEndSlots];
 };
 __device__ __forceinline__ KtSlot& kt_slot() {

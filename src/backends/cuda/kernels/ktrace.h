@@ -1,9 +1,10 @@
 // Kernel timeline trace of a decode step (a diagnostic, compiled in only with -DFLINT_KTRACE=ON):
-// thread 0 of block 0 of each traced launch takes the next record of a device buffer and stamps
-// %globaltimer at fixed points (start, around the PDL wait, up to three kernel-specific marks,
-// end), so `decode_step_bench --ktrace` can say where a kernel's time goes after its wait and how
-// long each hand-off takes. Nothing of this is compiled in a normal build (ktrace_compiled()).
-// Device side: kernels/ktrace.cuh.
+// thread 0 of one block of each traced launch (the recording block: block 0 unless ktrace_attach
+// names another) takes the next record of a device buffer and stamps %globaltimer at fixed points
+// (start, around the PDL wait, up to three kernel-specific marks, end), so `decode_step_bench
+// --ktrace` can say where a kernel's time goes after its wait and how long each hand-off takes.
+// Nothing of this is compiled in a normal build (ktrace_compiled()). Device side:
+// kernels/ktrace.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,13 +15,13 @@ namespace flint::cuda {
 
 // Trace points of a record (unset points stay 0).
 enum KTracePoint : int {
-  kKtStart = 0,      // block 0's first instruction
+  kKtStart = 0,      // the recording block's first instruction
   kKtWaitBegin = 1,  // before griddepcontrol.wait
   kKtWaitEnd = 2,    // after it: the previous kernel has finished
   kKtMarkA = 3,      // kernel-specific (ktrace.cuh lists them per kernel)
   kKtMarkB = 4,
   kKtMarkC = 5,
-  kKtEnd = 6,  // block 0's last instruction
+  kKtEnd = 6,  // the recording block's last instruction
   kKtPoints = 7,
 };
 
@@ -41,8 +42,8 @@ struct KTraceRecord {
   uint32_t tag = 0;
   uint32_t grid_x = 0, grid_y = 0, grid_z = 0;
   uint64_t t[kKtPoints] = {};
-  // The latest end of any warp of the earlier traced launches, read by block 0 after its wait:
-  // where the previous launch's last warp ended (0: not read).
+  // The latest end of any warp of the earlier traced launches, read by the recording block after
+  // its wait: where the previous launch's last warp ended (0: not read).
   uint64_t prev_last_end = 0;
 };
 
