@@ -3,7 +3,9 @@
 // checks' test is tests/unit/cuda/bench_options_test.cpp.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -124,10 +126,27 @@ int decode_bench_main(int argc, char** argv) {
     while (std::getline(ss, item, ',')) out.push_back(item);
     return out;
   };
-  auto ints = [&](const char* v) {
-    std::vector<int64_t> out;
-    for (const std::string& item : strings(v)) out.push_back(std::atoll(item.c_str()));
-    return out;
+  // Whole decimal integers only: "abc", "3x" or "" must not read as 0 or 3.
+  auto whole = [](const std::string& v, int64_t& out) {
+    const char* end = v.data() + v.size();
+    const auto [p, ec] = std::from_chars(v.data(), end, out);
+    return !v.empty() && ec == std::errc() && p == end;
+  };
+  auto ints = [&](const char* v, std::vector<int64_t>& out) {
+    out.clear();
+    for (const std::string& item : strings(v)) {
+      int64_t x = 0;
+      if (!whole(item, x)) return false;
+      out.push_back(x);
+    }
+    return !out.empty();
+  };
+  auto one = [&](const char* v, int& out) {
+    int64_t x = 0;
+    if (!whole(v, x) || x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
+      return false;
+    out = static_cast<int>(x);
+    return true;
   };
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
@@ -140,33 +159,50 @@ int decode_bench_main(int argc, char** argv) {
       fmt::print(stderr, "decode_step_bench: {} needs a value\n", k);
       return 2;
     }
+    const char* v = argv[i + 1];
+    bool is_int = true;  // false: an integer flag whose value is not one (or a list of them)
+    std::vector<int64_t> list;
     if (k == "--dtype") {
-      opt.dtypes = strings(argv[i + 1]);
+      opt.dtypes = strings(v);
     } else if (k == "--batch") {
       opt.batches.clear();
-      for (int64_t b : ints(argv[i + 1])) opt.batches.push_back(static_cast<int>(b));
+      is_int = ints(v, list);
+      for (int64_t b : list) {
+        is_int = is_int && b >= 0 && b <= std::numeric_limits<int>::max();
+        opt.batches.push_back(static_cast<int>(b));
+      }
     } else if (k == "--context") {
-      opt.contexts = ints(argv[i + 1]);
+      is_int = ints(v, opt.contexts);
     } else if (k == "--steps") {
-      opt.steps = std::atoi(argv[i + 1]);
+      is_int = one(v, opt.steps);
     } else if (k == "--prefill") {
-      opt.prefill_lengths = ints(argv[i + 1]);
+      is_int = ints(v, opt.prefill_lengths);
       if (opt.prefill_lengths.size() == 1 && opt.prefill_lengths[0] == 0)
         opt.prefill_lengths.clear();
     } else if (k == "--prefill-chunk") {
-      opt.prefill_chunk = std::atoi(argv[i + 1]);
+      is_int = one(v, opt.prefill_chunk);
     } else if (k == "--prefill-runs") {
-      opt.prefill_runs = std::atoi(argv[i + 1]);
+      is_int = one(v, opt.prefill_runs);
     } else if (k == "--decode-path") {
-      opt.decode_path = argv[i + 1];
+      opt.decode_path = v;
     } else if (k == "--head") {
-      opt.heads = strings(argv[i + 1]);
+      opt.heads = strings(v);
     } else if (k == "--ktrace-block") {
-      opt.ktrace_block = std::atoi(argv[i + 1]);
+      is_int = one(v, opt.ktrace_block);
     } else if (k == "--layers") {
-      layers = std::atoll(argv[i + 1]);
+      int64_t n = 0;
+      is_int = whole(v, n);
+      layers = n;
     } else {
       fmt::print(stderr, "decode_step_bench: unknown option {}\n", k);
+      return 2;
+    }
+    if (!is_int) {
+      fmt::print(stderr, "decode_step_bench: {} needs {}, got '{}'\n", k,
+                 k == "--batch" || k == "--context" || k == "--prefill"
+                     ? "a comma-separated list of integers"
+                     : "an integer",
+                 v);
       return 2;
     }
   }

@@ -167,6 +167,22 @@ TEST(BenchOptions, DecodeBenchMainRefusesLayerCountsOutsideTheModel) {
   }
 }
 
+// Integer flags take whole integers: a word, a trailing unit or an empty list item is refused
+// (exit 2) before any device is looked for, not read as 0 or as its leading digits.
+TEST(BenchOptions, DecodeBenchMainRefusesValuesThatAreNotIntegers) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--ktrace-block", "abc"}, {"--ktrace-block", "3x"}, {"--steps", ""},
+      {"--steps", "1e9"},        {"--batch", "1,,8"},      {"--context", "1K"},
+      {"--prefill", "0.5"},      {"--layers", "forty"},    {"--batch", "-1"},
+      {"--steps", "99999999999"}};
+  for (auto [flag, value] : cases) {
+    SCOPED_TRACE(flag + " " + value);
+    char prog[] = "decode_step_bench";
+    char* argv[] = {prog, flag.data(), value.data(), nullptr};
+    EXPECT_EQ(decode_bench_main(3, argv), 2);
+  }
+}
+
 TEST(BenchOptions, RunRefusesBadOptionsBeforeLookingForADevice) {
   BenchOptions o;
   o.prefill_chunk = 0;  // would loop forever if it ran
