@@ -689,21 +689,24 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
         "(linear index, clamped to each grid), mean us over {} graph replays; marks per kind in "
         "kernels/ktrace.h; cycle = this launch's wait end to the next one's, cycle x n = its share "
         "of the step; end->next split into that block's end -> the launch's last warp end -> the "
-        "next wait end):\n\n",
+        "next wait end; start = the block's first stamp after the previous launch's last warp end, "
+        "negative when it started before that launch ended):\n\n",
         r.dtype, r.batch, r.ctx, opt.ktrace_block, opt.steps);
     fmt::print(
-        "| kernel grid | n/step | before wait | wait | ->A | ->B | ->C | ->end | end->next | "
-        "->last end | ->next wait | cycle | cycle x n ms |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        "| kernel grid | n/step | start | before wait | wait | ->A | ->B | ->C | ->end | "
+        "end->next | ->last end | ->next wait | cycle | cycle x n ms |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     double total = 0;
     for (const KTraceRow& k : r.ktrace) {
       const double share = k.cycle * k.per_step * 1e-3;
       total += share;
       fmt::print(
-          "| {} | {:.0f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | "
-          "{:.2f} | {:.2f} | {:.3f} |\n",
-          k.kind, k.per_step, k.prologue, k.wait, k.seg[0], k.seg[1], k.seg[2], k.tail, k.to_next,
-          k.straggle, k.handoff, k.cycle, share);
+          "| {} | {:.0f} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | "
+          "{:.2f} | {:.2f} | {:.2f} | {:.3f} |\n",
+          k.kind, k.per_step,
+          k.start_cycles > 0 ? fmt::format("{:.2f}", k.start_after_prev) : std::string("-"),
+          k.prologue, k.wait, k.seg[0], k.seg[1], k.seg[2], k.tail, k.to_next, k.straggle,
+          k.handoff, k.cycle, share);
     }
     fmt::print("| all traced | | | | | | | | | | | | {:.3f} |\n", total);
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <map>
 
 namespace flint::cuda {
@@ -32,6 +33,11 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
         last = v;
       }
       row.tail += us(last, t[kKtEnd]);
+      if (r.prev_last_end != 0 && t[kKtStart] != 0) {
+        row.start_after_prev +=
+            static_cast<double>(static_cast<int64_t>(t[kKtStart] - r.prev_last_end)) * 1e-3;
+        row.start_cycles += 1;
+      }
       if (i + 1 < recs.size() && recs[i + 1].t[kKtWaitEnd] != 0) {
         const uint64_t next = recs[i + 1].t[kKtWaitEnd];
         row.to_next += us(t[kKtEnd], next);
@@ -56,6 +62,7 @@ std::vector<KTraceRow> summarize_ktrace(const std::vector<std::vector<KTraceReco
       row.to_next /= row.cycles;
       row.cycle /= row.cycles;
     }
+    if (row.start_cycles > 0) row.start_after_prev /= row.start_cycles;
     if (row.split_cycles > 0) {
       row.straggle /= row.split_cycles;
       row.handoff /= row.split_cycles;

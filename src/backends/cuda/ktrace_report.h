@@ -23,6 +23,11 @@ struct KTraceRow {
   double straggle = 0;  // the recording block's end -> the launch's last warp end
   double handoff = 0;   // the last warp end -> the next launch's wait end
   int split_cycles = 0;
+  // The recording block's start relative to the previous launch's last warp end (its own
+  // prev_last_end), signed: negative when it started while that launch still ran (an early PDL
+  // launch), positive when it got an SM only after. Over the launches that read prev_last_end.
+  double start_after_prev = 0;
+  int start_cycles = 0;
   double cycle = 0;  // wait end -> the next launch's wait end: what the launch costs the step
   int cycles = 0;    // launches that had a next one (those cycle and to_next average over)
 };

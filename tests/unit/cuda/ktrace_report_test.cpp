@@ -103,6 +103,21 @@ TEST(KTraceReport, ALatestEndOutsideTheGapIsNotCounted) {
   EXPECT_EQ(rows[1].split_cycles, 0);
 }
 
+TEST(KTraceReport, StartIsSignedAgainstThePreviousLaunchsLastWarpEnd) {
+  std::vector<std::vector<KTraceRecord>> replays = {gemv_down_gemv()};
+  replays[0].push_back(
+      record(KTag::kMoeDown, 256, 1, {19000, 19500, 21000, 0, 22000, 23000, 24000}));
+  replays[0][1].prev_last_end = 7500;   // moe_down's block started 5 us before the gemv ended
+  replays[0][2].prev_last_end = 12000;  // the second gemv's, 1 us before moe_down ended
+  replays[0][3].prev_last_end = 18500;  // a block that got its SM 0.5 us after the gemv ended
+  const std::vector<KTraceRow> rows = summarize_ktrace(replays);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].start_cycles, 1);  // the first gemv read no latest end
+  EXPECT_DOUBLE_EQ(rows[0].start_after_prev, -1.0);
+  EXPECT_EQ(rows[1].start_cycles, 2);
+  EXPECT_DOUBLE_EQ(rows[1].start_after_prev, (-5.0 + 0.5) / 2);
+}
+
 TEST(KTraceReport, NoReplaysGiveNoRows) { EXPECT_TRUE(summarize_ktrace({}).empty()); }
 
 TEST(KTraceReport, EveryTaggedKernelKindHasItsOwnName) {
