@@ -21,7 +21,8 @@
 #        decode_step_bench's --layers N times the first N layers of Flint only (BF16 on an H100,
 #        which does not hold all 49 layers of BF16 weights).
 #        scripts/gpu.sh ktrace [decode_step_bench args...]: a -DFLINT_KTRACE=ON build of the bench
-#        run with --ktrace (each kernel kind's timeline: prologue, PDL wait, marks, hand-off;
+#        run with --ktrace (each kernel kind's timeline: start against the previous launch's last
+#        warp end, prologue, PDL wait, marks, hand-off;
 #        --ktrace-block N records the block of linear index N of each launch instead of block 0).
 #        scripts/gpu.sh ncu REGEX [decode_step_bench args...]: Nsight Compute on FLINT_NCU_COUNT
 #        (default 3) launches of the kernels matching REGEX after FLINT_NCU_SKIP (default 100), in
