@@ -708,7 +708,7 @@ Status run_decode_bench(const model::FlintConfig& config, const BenchOptions& op
           k.prologue, k.wait, k.seg[0], k.seg[1], k.seg[2], k.tail, k.to_next, k.straggle,
           k.handoff, k.cycle, share);
     }
-    fmt::print("| all traced | | | | | | | | | | | | {:.3f} |\n", total);
+    fmt::print("| all traced | | | | | | | | | | | | | {:.3f} |\n", total);
   }
   for (const bool wait : {false, true}) {
     std::vector<std::vector<std::pair<std::string, float>>> phases;

@@ -199,9 +199,9 @@ int decode_bench_main(int argc, char** argv) {
     }
     if (!is_int) {
       fmt::print(stderr, "decode_step_bench: {} needs {}, got '{}'\n", k,
-                 k == "--batch" || k == "--context" || k == "--prefill"
-                     ? "a comma-separated list of integers"
-                     : "an integer",
+                 k == "--batch"                         ? "a comma-separated list of integers >= 0"
+                 : k == "--context" || k == "--prefill" ? "a comma-separated list of integers"
+                                                        : "an integer",
                  v);
       return 2;
     }
