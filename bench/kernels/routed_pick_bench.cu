@@ -8,7 +8,9 @@
 // thread's key (top_k_token_block's first half: the sigmoid, the selection key, its store to shared
 // memory) and two barriers; the whole pick in every block; the pick as the kernel runs it (block b
 // serves slot b % top_k, and only the first block of each slot makes the whole pick with its
-// weights), with the mean of the last slot's blocks, which pick the most.
+// weights), with the mean of the last slot's blocks, which pick the most; then the same two rows
+// with top_k_token_block_rank (picks by rank, no chain of picks). Exits 1 when the two forms'
+// ids or weights differ in any bit, or a block's slot pick is not the whole pick's.
 // Usage: routed_pick_bench [--blocks 512] [--experts 256] [--top-k 6] [--launches 50]
 #include <cuda_runtime.h>
 
@@ -38,7 +40,7 @@ __device__ __forceinline__ uint64_t now_ns() {
 }
 
 // What a block does after its loads (see the file comment).
-enum class Mode { kLoads, kKeys, kPick, kSlot };
+enum class Mode { kLoads, kKeys, kPick, kSlot, kRankPick, kRankSlot };
 
 template <Mode kMode>
 __global__ void __launch_bounds__(kThreads, 4)
@@ -58,6 +60,9 @@ __global__ void __launch_bounds__(kThreads, 4)
   if constexpr (kMode == Mode::kPick || kMode == Mode::kSlot) {
     const bool whole = kMode == Mode::kPick || blockIdx.x < static_cast<unsigned>(r.top_k);
     dev::top_k_token_block<kWarps>(logit, b, r, score, pick_ids, pick_w, whole ? -1 : slot);
+  } else if constexpr (kMode == Mode::kRankPick || kMode == Mode::kRankSlot) {
+    const bool whole = kMode == Mode::kRankPick || blockIdx.x < static_cast<unsigned>(r.top_k);
+    dev::top_k_token_block_rank<kWarps>(logit, b, r, score, pick_ids, pick_w, whole ? -1 : slot);
   } else if constexpr (kMode == Mode::kKeys) {
     __shared__ uint32_t key[kThreads];
     const float sc = dev::sigmoid_score(logit);
@@ -198,12 +203,28 @@ int main(int argc, char** argv) {
   const Times pick =
       median_block_ns<Mode::kPick>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
   int32_t ids[32];
+  float w[32];
   check(cudaMemcpy(ids, d_ids, top_k * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(w, d_w, top_k * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  // Each block's pick for its slot, for the check against the whole pick below.
+  auto slot_picks = [&] {
+    std::vector<int32_t> v(blocks);
+    check(cudaMemcpy(v.data(), d_slot, blocks * sizeof(int32_t), cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    return v;
+  };
   const Times slot =
       median_block_ns<Mode::kSlot>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
-  std::vector<int32_t> slot_ids(blocks);
-  check(cudaMemcpy(slot_ids.data(), d_slot, blocks * sizeof(int32_t), cudaMemcpyDeviceToHost),
-        "cudaMemcpy");
+  const std::vector<int32_t> slot_ids = slot_picks();
+  const Times rank_pick = median_block_ns<Mode::kRankPick>(d_acc, d_bias, r, blocks, launches,
+                                                           d_ids, d_w, d_ns, d_slot);
+  int32_t rank_ids[32];
+  float rank_w[32];
+  check(cudaMemcpy(rank_ids, d_ids, top_k * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(rank_w, d_w, top_k * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  const Times rank_slot = median_block_ns<Mode::kRankSlot>(d_acc, d_bias, r, blocks, launches,
+                                                           d_ids, d_w, d_ns, d_slot);
+  const std::vector<int32_t> rank_slot_ids = slot_picks();
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("%s: %d blocks of %d threads, E %d, top_k %d, median of %d launches\n\n", prop.name,
@@ -216,15 +237,30 @@ int main(int argc, char** argv) {
   std::printf(
       "| the kernel's picks (slot only past a slot's first block) + barrier | %.0f | %.0f |\n",
       slot.all, slot.last_slot);
+  std::printf("| by rank: whole pick in every block + barrier | %.0f | %.0f |\n", rank_pick.all,
+              rank_pick.last_slot);
+  std::printf("| by rank: the kernel's picks + barrier | %.0f | %.0f |\n", rank_slot.all,
+              rank_slot.last_slot);
   std::printf("\npick:");
-  for (int k = 0; k < top_k; ++k) std::printf(" %d", ids[k]);
+  for (int k = 0; k < top_k; ++k) std::printf(" %d (%.9g)", ids[k], w[k]);
   std::printf("\n");
-  for (int b = 0; b < blocks; ++b) {
-    if (slot_ids[b] != ids[b % top_k]) {
-      std::fprintf(stderr, "routed_pick_bench: block %d picked %d for slot %d, the whole pick %d\n",
-                   b, slot_ids[b], b % top_k, ids[b % top_k]);
-      return 1;
+  int bad = 0;
+  for (int k = 0; k < top_k; ++k) {
+    if (rank_ids[k] != ids[k] || std::memcmp(&rank_w[k], &w[k], sizeof(float)) != 0) {
+      std::fprintf(stderr, "routed_pick_bench: by rank, pick %d is %d (%.9g), in turn %d (%.9g)\n",
+                   k, rank_ids[k], rank_w[k], ids[k], w[k]);
+      ++bad;
     }
   }
-  return 0;
+  for (int b = 0; b < blocks; ++b) {
+    for (const auto* v : {&slot_ids, &rank_slot_ids}) {
+      if ((*v)[b] != ids[b % top_k]) {
+        std::fprintf(stderr,
+                     "routed_pick_bench: block %d picked %d for slot %d (%s), the whole pick %d\n",
+                     b, (*v)[b], b % top_k, v == &slot_ids ? "in turn" : "by rank", ids[b % top_k]);
+        ++bad;
+      }
+    }
+  }
+  return bad == 0 ? 0 : 1;
 }

@@ -82,8 +82,8 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   if (!fixed) {
     // Block x == 0 records the pick with its weight; the others need only their slot's expert.
     if constexpr (kAhead) {
-      top_k_token_block<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
-                                    blockIdx.x == 0 ? -1 : slot);
+      top_k_token_block_rank<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
+                                         blockIdx.x == 0 ? -1 : slot);
     } else if (threadIdx.x < 32) {
       top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
                   pick_w);

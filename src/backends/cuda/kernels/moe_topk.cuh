@@ -293,4 +293,82 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
   }
 }
 
+// top_k_token_block's picks by rank instead of in turn: the same contract (E <= 32 kW experts,
+// top_k <= kBlockTopKMax; slot >= 0: out_ids[0 .. slot] only) and the same ids, scores and
+// weights, with no dependent chain of picks. Each thread keys its expert; each warp's greatest key
+// goes to shared memory (one redux); after a barrier, a key is a candidate when fewer than n warps
+// (n = the picks needed) have a greater greatest key: then every key of the top n is one (the n
+// warps of the n greatest maxima hold n keys at least that great), and every key ahead of a
+// candidate is one too, so a candidate's rank among the candidates is its rank among all. The
+// candidates append (key, id) to a list (a warp-aggregated shared-memory atomic); after a second
+// barrier each counts the entries ahead of it (greater key, or the same key and a lower id: the
+// order of the picks, ties to the lower id) and a rank below n stores its id at out_ids[rank].
+// The list's unused entries are zero, a key below every expert's, so that it is read two entries
+// at a time. The whole pick (slot < 0) then has a third barrier, and warp 0 sums the picked scores
+// in pick order as top_k_token does. Every thread of the block must call it; out_ids/out_w are
+// written by any warp (the caller synchronises before reading them).
+template <int kW>
+__device__ __forceinline__ void top_k_token_block_rank(float logit, float bias, const MoeRouting& r,
+                                                       float* score, int32_t* out_ids, float* out_w,
+                                                       int slot = -1) {
+  static_assert(kW == 8, "top_k_token_block_rank: eight warps, a thread per expert");
+  __shared__ __align__(16) uint32_t wmax[kW];
+  __shared__ __align__(16) uint2 cand[32 * kW];  // (ordered key bits, id)
+  __shared__ int ncand;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int E = r.num_experts, K = r.top_k, e = threadIdx.x;
+  const int n = slot < 0 ? K : slot + 1;
+  uint32_t key = 0;  // ordered_bits of a key is never 0 (NaN keys are -FLT_MAX): 0 is "none"
+  if (e < E) {
+    const float sc = sigmoid_score(logit);
+    score[e] = sc;
+    key = ordered_bits(selection_key(sc, bias));
+  }
+  cand[e] = make_uint2(0u, 0u);
+  const uint32_t m = __reduce_max_sync(0xffffffffu, key);
+  if (lane == 0) wmax[warp] = m;
+  if (e == 0) ncand = 0;
+  __syncthreads();
+  const uint4 w0 = reinterpret_cast<const uint4*>(wmax)[0];
+  const uint4 w1 = reinterpret_cast<const uint4*>(wmax)[1];
+  const int greater = int(w0.x > key) + int(w0.y > key) + int(w0.z > key) + int(w0.w > key) +
+                      int(w1.x > key) + int(w1.y > key) + int(w1.z > key) + int(w1.w > key);
+  const bool mine = key != 0u && greater < n;
+  const unsigned b = __ballot_sync(0xffffffffu, mine);
+  int base = 0;
+  if (lane == __ffs(b) - 1) base = atomicAdd(&ncand, __popc(b));
+  base = __shfl_sync(0xffffffffu, base, b != 0u ? __ffs(b) - 1 : 0);
+  if (mine) cand[base + __popc(b & ((1u << lane) - 1u))] = make_uint2(key, uint32_t(e));
+  __syncthreads();
+  if (mine) {
+    const int pairs = (ncand + 1) >> 1;
+    const uint4* c = reinterpret_cast<const uint4*>(cand);
+    const uint32_t id = uint32_t(e);
+    int rank = 0;
+    for (int j = 0; j < pairs; ++j) {
+      const uint4 q = c[j];  // entries (q.x, q.y) and (q.z, q.w)
+      rank += int((q.x > key) | ((q.x == key) & (q.y < id)));
+      rank += int((q.z > key) | ((q.z == key) & (q.w < id)));
+    }
+    if (rank < n) out_ids[rank] = e;
+  }
+  if (slot >= 0) return;
+  __syncthreads();
+  if (warp != 0) return;
+  float picked_sum = 0.0f, my_w = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kBlockTopKMax; ++p) {
+    if (p >= K) break;
+    const float sc = score[out_ids[p]];
+    if (lane == p) my_w = sc;
+    picked_sum += sc;
+  }
+  const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
+  if (lane < K) out_w[lane] = my_w * scale;
+  if (lane < r.num_shared_slots) {
+    out_ids[K + lane] = E + lane;
+    out_w[K + lane] = 1.0f;
+  }
+}
+
 }  // namespace flint::cuda::dev
