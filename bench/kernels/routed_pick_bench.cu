@@ -9,7 +9,8 @@
 // memory) and two barriers; the whole pick in every block; the pick as the kernel runs it (block b
 // serves slot b % top_k, and only the first block of each slot makes the whole pick with its
 // weights), with the mean of the last slot's blocks, which pick the most; then the same two rows
-// with top_k_token_block_rank (picks by rank, no chain of picks). Exits 1 when the two forms'
+// with top_k_token_block_rank (picks by rank, no chain of picks; the kernel picks its slot-only
+// blocks so, but its first blocks' whole picks in turn). Exits 1 when the two forms'
 // ids or weights differ in any bit, or a block's slot pick is not the whole pick's.
 // Usage: routed_pick_bench [--blocks 512] [--experts 256] [--top-k 6] [--launches 50]
 #include <cuda_runtime.h>
@@ -239,8 +240,8 @@ int main(int argc, char** argv) {
       slot.all, slot.last_slot);
   std::printf("| by rank: whole pick in every block + barrier | %.0f | %.0f |\n", rank_pick.all,
               rank_pick.last_slot);
-  std::printf("| by rank: the kernel's picks + barrier | %.0f | %.0f |\n", rank_slot.all,
-              rank_slot.last_slot);
+  std::printf("| by rank: slot only past a slot's first block + barrier | %.0f | %.0f |\n",
+              rank_slot.all, rank_slot.last_slot);
   std::printf("\npick:");
   for (int k = 0; k < top_k; ++k) std::printf(" %d (%.9g)", ids[k], w[k]);
   std::printf("\n");

@@ -548,12 +548,14 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
 // two lanes held a pick's key) against cpu::route on the same logits (through an identity
 // router): the same ids, weights within 2e-6; against the router's one-warp top-k (moe_router):
 // ids and weights bit for bit; and the act rows of every block (block x == 0 of a slot records the
-// whole pick, the others pick their slot's expert only) equal to the given-ids gate/up's on the
-// router's picks. The logits take 17 values and the biases 3, so keys tie within a lane's eight
-// and across lanes and at the k-th pick (ties go to the lower id; distinct keys differ by >= 6e-4,
-// far beyond the CPU's and GPU's exp differences); E covers all 32 lanes, a partial last lane and
-// fewer experts than lanes; k up to kBlockTopKMax. Past 256 experts or 8 picks the gate/up
-// kernel's warp-0 top-k (the same code as the router's) runs instead.
+// whole pick, the others pick their slot's expert only, by rank: top_k_token_block_rank) equal to
+// the given-ids gate/up's on the router's picks. The logits take 17 values and the biases 3, so
+// keys tie within a lane's eight and across lanes and at the k-th pick, and the rank form's
+// candidates tie (ties go to the lower id; distinct keys differ by >= 6e-4, far beyond the CPU's
+// and GPU's exp differences); E covers all 32 lanes, a partial last lane and fewer experts than
+// lanes (fewer warps than picks: every expert is a rank candidate); k up to kBlockTopKMax. Past
+// 256 experts or 8 picks the gate/up kernel's warp-0 top-k (the same code as the router's) runs
+// instead.
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   FLINT_REQUIRE_GPU();
   struct Shape {

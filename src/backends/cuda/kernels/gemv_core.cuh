@@ -66,9 +66,11 @@ struct GemvArgs {
 
 // kTopK: the expert of pair g (a routed slot: the token's top-k as moe_route picks it; a fixed
 // slot: fixed_e, weight 1), recorded by block x == 0. Every thread of the block must call it.
-// kAhead (E <= 256, top_k <= kBlockTopKMax): the whole block picks (top_k_token_block), each
-// thread's selection bias and logit of expert threadIdx.x loaded ahead in bias_one and logit_one;
-// otherwise warp 0 picks (top_k_token, `scratch` its [2E] floats) from a.route_logits.
+// kAhead (E <= 256, top_k <= kBlockTopKMax): the whole block picks, each thread's selection bias
+// and logit of expert threadIdx.x loaded ahead in bias_one and logit_one: block x == 0 the whole
+// pick in turn (top_k_token_block), the others their slot's expert by rank
+// (top_k_token_block_rank; moe_topk.cuh says what each costs); otherwise warp 0 picks
+// (top_k_token, `scratch` its [2E] floats) from a.route_logits.
 template <bool kAhead>
 __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
                                                int64_t fixed_e, float* scratch, float bias_one,
@@ -82,8 +84,12 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   if (!fixed) {
     // Block x == 0 records the pick with its weight; the others need only their slot's expert.
     if constexpr (kAhead) {
-      top_k_token_block_rank<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
-                                         blockIdx.x == 0 ? -1 : slot);
+      if (blockIdx.x == 0) {
+        top_k_token_block<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w);
+      } else {
+        top_k_token_block_rank<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
+                                           slot);
+      }
     } else if (threadIdx.x < 32) {
       top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
                   pick_w);
