@@ -182,6 +182,34 @@ __device__ __forceinline__ void order_pair(uint32_t& ka, int& ia, uint32_t& kb, 
   ka = k0, kb = k1, ia = i0, ib = i1;
 }
 
+// The most picks top_k_token_block and top_k_token_block_rank make.
+inline constexpr int kBlockTopKMax = 8;
+
+// The whole pick's weights, by one warp once out_ids[0 .. top_k) holds the picks (visible to it):
+// the picked scores summed in pick order (as top_k_token sums them), normalised when
+// norm_topk_prob, times routed_scaling_factor; then the shared-expert slots (ids E + j, weight 1).
+// score: [E] sigmoid scores. For top_k <= kBlockTopKMax. lane, E and K are the caller's (its lane,
+// r.num_experts, r.top_k), passed so that the routed gate/up compiles to the very cubin that was
+// measured and tested (read again in here, its PTX differed).
+__device__ __forceinline__ void store_pick_weights(const float* score, const MoeRouting& r,
+                                                   int lane, int E, int K, int32_t* out_ids,
+                                                   float* out_w) {
+  float picked_sum = 0.0f, my_w = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kBlockTopKMax; ++p) {
+    if (p >= K) break;
+    const float sc = score[out_ids[p]];
+    if (lane == p) my_w = sc;
+    picked_sum += sc;
+  }
+  const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
+  if (lane < K) out_w[lane] = my_w * scale;
+  if (lane < r.num_shared_slots) {
+    out_ids[K + lane] = E + lane;
+    out_w[K + lane] = 1.0f;
+  }
+}
+
 // The top-k of one token by a whole block of kW = 8 warps, for E <= 32 kW experts and top_k <=
 // kBlockTopKMax: the same picks, scores and weights as top_k_token (the same order: key
 // descending, ties to the lower id; the picked scores summed in pick order), with a shorter
@@ -202,7 +230,6 @@ __device__ __forceinline__ void order_pair(uint32_t& ka, int& ia, uint32_t& kb, 
 // session's form (a redux pair a pick, every block the whole pick with its weights, one copy of
 // the sum of squares), 1564 now; the loads alone take 1075 of it. A scratch probe timing the old
 // form's phases by clock64 (not kept): ~1600 of its ~4300 cycles were the loads, ~195 each pick.
-inline constexpr int kBlockTopKMax = 8;
 template <int kW>
 __device__ __forceinline__ void top_k_token_block(float logit, float bias, const MoeRouting& r,
                                                   float* score, int32_t* out_ids, float* out_w,
@@ -277,20 +304,7 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
   }
   if (slot >= 0) return;
   __syncwarp();
-  float picked_sum = 0.0f, my_w = 0.0f;
-#pragma unroll
-  for (int p = 0; p < kBlockTopKMax; ++p) {
-    if (p >= K) break;
-    const float sc = score[out_ids[p]];
-    if (lane == p) my_w = sc;
-    picked_sum += sc;
-  }
-  const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
-  if (lane < K) out_w[lane] = my_w * scale;
-  if (lane < r.num_shared_slots) {
-    out_ids[K + lane] = E + lane;
-    out_w[K + lane] = 1.0f;
-  }
+  store_pick_weights(score, r, lane, E, K, out_ids, out_w);
 }
 
 // top_k_token_block's picks by rank instead of in turn: the same contract (E <= 32 kW experts,
@@ -360,20 +374,7 @@ __device__ __forceinline__ void top_k_token_block_rank(float logit, float bias, 
   if (slot >= 0) return;
   __syncthreads();
   if (warp != 0) return;
-  float picked_sum = 0.0f, my_w = 0.0f;
-#pragma unroll
-  for (int p = 0; p < kBlockTopKMax; ++p) {
-    if (p >= K) break;
-    const float sc = score[out_ids[p]];
-    if (lane == p) my_w = sc;
-    picked_sum += sc;
-  }
-  const float scale = (r.norm_topk_prob ? 1.0f / picked_sum : 1.0f) * r.routed_scaling_factor;
-  if (lane < K) out_w[lane] = my_w * scale;
-  if (lane < r.num_shared_slots) {
-    out_ids[K + lane] = E + lane;
-    out_w[K + lane] = 1.0f;
-  }
+  store_pick_weights(score, r, lane, E, K, out_ids, out_w);
 }
 
 }  // namespace flint::cuda::dev
