@@ -3,8 +3,10 @@
 // of squares of gemv_route_partials (kRouteAccStride doubles apart, L2-resident), forming the
 // logits and picking the token's top_k with top_k_token_block (moe_topk.cuh). Each block times
 // itself with %globaltimer from before its loads to the read of its pick after the last barrier;
-// the table gives the median over launches of the blocks' mean. Rows: the loads and two barriers
-// (the logits stored to shared memory and read back, so that the loads stay); the loads, every
+// the table gives the median over launches of the blocks' mean. The loads go through L1 (ld.ca),
+// as the kernel's do. Rows: the loads through L2 only (ld.cg, the kernel's loads before the
+// forty-fourth session) and two barriers (the logits stored to shared memory and read back, so
+// that the loads stay); the same through L1; the loads, every
 // thread's key (top_k_token_block's first half: the sigmoid, the selection key, its store to shared
 // memory) and two barriers; the whole pick in every block; the pick as the kernel runs it (block b
 // serves slot b % top_k, and only the first block of each slot makes the whole pick with its
@@ -41,7 +43,7 @@ __device__ __forceinline__ uint64_t now_ns() {
 }
 
 // What a block does after its loads (see the file comment).
-enum class Mode { kLoads, kKeys, kPick, kSlot, kRankPick, kRankSlot };
+enum class Mode { kLoadsL2, kLoads, kKeys, kPick, kSlot, kRankPick, kRankSlot };
 
 template <Mode kMode>
 __global__ void __launch_bounds__(kThreads, 4)
@@ -55,8 +57,16 @@ __global__ void __launch_bounds__(kThreads, 4)
   const float b = e < E ? bias[e] : 0.0f;
   __syncthreads();
   const uint64_t t0 = now_ns();
-  const double ss = __ldcg(acc + int64_t(E + (e >> 5) % kRouteSsCopies) * kRouteAccStride);
-  const double ae = e < E ? __ldcg(acc + int64_t(e) * kRouteAccStride) : 0.0;
+  const double* ss_p = acc + int64_t(E + (e >> 5) % kRouteSsCopies) * kRouteAccStride;
+  const double* ae_p = acc + int64_t(e) * kRouteAccStride;
+  double ss, ae = 0.0;
+  if constexpr (kMode == Mode::kLoadsL2) {  // through L2 only, as the kernel loaded them before
+    ss = __ldcg(ss_p);
+    if (e < E) ae = __ldcg(ae_p);
+  } else {  // through L1, as the kernel loads them
+    ss = __ldca(ss_p);
+    if (e < E) ae = __ldca(ae_p);
+  }
   const float logit = static_cast<float>(ae) * rsqrtf(static_cast<float>(ss) / hidden + 1e-6f);
   if constexpr (kMode == Mode::kPick || kMode == Mode::kSlot) {
     const bool whole = kMode == Mode::kPick || blockIdx.x < static_cast<unsigned>(r.top_k);
@@ -197,6 +207,8 @@ int main(int argc, char** argv) {
         "cudaMemcpy");
   check(cudaMemcpy(d_bias, bias.data(), E * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
   const MoeRouting r{E, top_k, 2, true, 2.5f};  // Flint: two shared-expert slots
+  const Times loads_l2 =
+      median_block_ns<Mode::kLoadsL2>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
   const Times loads =
       median_block_ns<Mode::kLoads>(d_acc, d_bias, r, blocks, launches, d_ids, d_w, d_ns, d_slot);
   const Times keys =
@@ -232,6 +244,8 @@ int main(int argc, char** argv) {
               blocks, kThreads, E, top_k, launches);
   std::printf(
       "| block | ns from the loads to the pick read | last slot's blocks |\n|---|---:|---:|\n");
+  std::printf("| loads through L2 only (ld.cg) + 2 barriers | %.0f | %.0f |\n", loads_l2.all,
+              loads_l2.last_slot);
   std::printf("| loads + 2 barriers | %.0f | %.0f |\n", loads.all, loads.last_slot);
   std::printf("| loads + keys + 2 barriers | %.0f | %.0f |\n", keys.all, keys.last_slot);
   std::printf("| whole pick in every block + barrier | %.0f | %.0f |\n", pick.all, pick.last_slot);

@@ -311,6 +311,13 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   // the staging after the pick is only their stores to shared memory. Staged after the pick, the
   // row's L2 round trip came on top of the top-k's (eighteenth session: NVFP4 b1 1K 1.963 -> 1.948
   // ms).
+  // The row and the router sums below come from the kernel before (the o projection), final once
+  // the PDL wait has returned, and every block reads the same lines: loaded through L1 (ld.ca, as
+  // stage_rows' plain loads are), the blocks of an SM share an L2 request where through L2 only
+  // (ld.cg) each block queued its own at the lines' L2 slices. routed_pick_bench (H100, 512
+  // blocks): the loads 1076 -> 890 ns, the last slot's pick 1510 -> 1418; the step, H100, 40
+  // layers, five rounds: NVFP4 b1 32K 1.593 -> 1.588 ms, the rest within noise (forty-fourth
+  // session).
   float4 x_early[kNormVec];
   bool early = false;
   if constexpr (kTopK == 2 && NB == 1) {
@@ -321,7 +328,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
 #pragma unroll
       for (int k = 0; k < kNormVec; ++k) {
         const int64_t j = threadIdx.x + k * blockDim.x;
-        if (j < K / 4) x_early[k] = __ldcg(src + j);
+        if (j < K / 4) x_early[k] = __ldca(src + j);
       }
     }
   }
@@ -337,8 +344,8 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
       // queue at its L2 slice (a scratch probe of the pick, H100, 512 blocks: ~300 of the ~4300
       // cycles a block took; fortieth session, docs/PERFORMANCE.md).
       const double ss =
-          __ldcg(acc + int64_t(E + (threadIdx.x >> 5) % kRouteSsCopies) * kRouteAccStride);
-      const double ae = mine ? __ldcg(acc + int64_t(threadIdx.x) * kRouteAccStride) : 0.0;
+          __ldca(acc + int64_t(E + (threadIdx.x >> 5) % kRouteSsCopies) * kRouteAccStride);
+      const double ae = mine ? __ldca(acc + int64_t(threadIdx.x) * kRouteAccStride) : 0.0;
       const float inv = rsqrtf(static_cast<float>(ss) / static_cast<float>(K) + args.eps);
       logit_one = static_cast<float>(ae) * inv;
       if (threadIdx.x == 0) s_xinv = inv;  // read after the barriers below
