@@ -8,9 +8,9 @@
 // forty-fourth session) and two barriers (the logits stored to shared memory and read back, so
 // that the loads stay); the same through L1; the loads, every
 // thread's key (top_k_token_block's first half: the sigmoid, the selection key, its store to shared
-// memory) and two barriers; the whole pick in every block; the pick as the kernel runs it (block b
-// serves slot b % top_k, and only the first block of each slot makes the whole pick with its
-// weights), with the mean of the last slot's blocks, which pick the most; then the same two rows
+// memory) and two barriers; the whole pick in every block; slot picks (block b serves slot
+// b % top_k, and only the first block of each slot makes the whole pick with its weights), with
+// the mean of the last slot's blocks, which pick the most; then the same two rows
 // with top_k_token_block_rank (picks by rank, no chain of picks; the kernel picks its slot-only
 // blocks so, but its first blocks' whole picks in turn). Exits 1 when the two forms'
 // ids or weights differ in any bit, or a block's slot pick is not the whole pick's.
@@ -249,9 +249,8 @@ int main(int argc, char** argv) {
   std::printf("| loads + 2 barriers | %.0f | %.0f |\n", loads.all, loads.last_slot);
   std::printf("| loads + keys + 2 barriers | %.0f | %.0f |\n", keys.all, keys.last_slot);
   std::printf("| whole pick in every block + barrier | %.0f | %.0f |\n", pick.all, pick.last_slot);
-  std::printf(
-      "| the kernel's picks (slot only past a slot's first block) + barrier | %.0f | %.0f |\n",
-      slot.all, slot.last_slot);
+  std::printf("| in turn: slot only past a slot's first block + barrier | %.0f | %.0f |\n",
+              slot.all, slot.last_slot);
   std::printf("| by rank: whole pick in every block + barrier | %.0f | %.0f |\n", rank_pick.all,
               rank_pick.last_slot);
   std::printf("| by rank: slot only past a slot's first block + barrier | %.0f | %.0f |\n",

@@ -315,7 +315,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   // the PDL wait has returned, and every block reads the same lines: loaded through L1 (ld.ca, as
   // stage_rows' plain loads are), the blocks of an SM share an L2 request where through L2 only
   // (ld.cg) each block queued its own at the lines' L2 slices. routed_pick_bench (H100, 512
-  // blocks): the loads 1076 -> 890 ns, the last slot's pick 1510 -> 1418; the step, H100, 40
+  // blocks): the loads 1076 -> 890 ns, the last slot's rank picks 1510 -> 1418; the step, H100, 40
   // layers, five rounds: NVFP4 b1 32K 1.593 -> 1.588 ms, the rest within noise (forty-fourth
   // session).
   float4 x_early[kNormVec];
