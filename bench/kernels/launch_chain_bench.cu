@@ -10,7 +10,22 @@
 //   flag       the chain's work, but each kernel waits for a flag that the previous kernel's last
 //              block raises (release/acquire) instead of griddepcontrol.wait: what a hand-off
 //              inside the step costs without waiting for a whole grid to finish and flush.
-// Usage: launch_chain_bench [--kernels 294] [--reps 30] [--grids 1,132,528]
+//   count      the chain's work in N kernels as flag, but with no election: each block adds itself
+//              to the kernel's count (release) once its slice is written, and the next kernel's
+//              blocks wait (acquire) for the whole count, with no griddepcontrol.wait.
+//   persist    the chain's N steps in one resident kernel: each block adds itself to a counter
+//              (release) when its slice is written, and waits (acquire) until every block of the
+//              step before has: what a persistent decode kernel's dependency between two phases
+//              costs, without a launch, an election or a barrier's second round trip.
+//   barrier    as persist, with the persistent decode kernel's grid barrier between the steps
+//              (decode_persistent.cuh: the last block to arrive resets the count and publishes
+//              the next generation, which the others spin on).
+// --vec V: each thread of the chain variants requests V x 16 weight bytes a kernel (a step) before
+// its wait (V 8 at 528 blocks: 17 MB a kernel, so that the bytes' stream overlaps the hand-offs as
+// a decode step's weights do).
+// --threads T: threads a block (256, 512 or 1024; 256 unless given).
+// Usage: launch_chain_bench [--kernels 294] [--reps 30] [--grids 1,132,528] [--vec 1]
+//                           [--threads 256]
 // Output: a markdown table of microseconds per kernel (median of the graph replays, events).
 #include <cuda_runtime.h>
 
@@ -26,8 +41,8 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kRow = 2048;  // activation row: Flint's hidden size
+constexpr int kThreads = 256;  // threads a block, unless --threads says otherwise
+constexpr int kRow = 2048;     // activation row: Flint's hidden size
 
 __global__ void plain_kernel(int* counter, int i) {
   if (blockIdx.x == 0 && threadIdx.x == 0) counter[i + 1] = counter[i] + 1;
@@ -40,19 +55,40 @@ __global__ void pdl_kernel(int* counter, int i) {
   if (blockIdx.x == 0 && threadIdx.x == 0) counter[i + 1] = counter[i] + 1;
 }
 
+// A thread's weights of one step: `vec` (--vec, <= kMaxVec) 16-byte loads, requested before the
+// step's wait, the v-th of them at w + v * stride + the thread's index in the grid (coalesced).
+constexpr int kMaxVec = 8;
+struct Wv {
+  uint4 q[kMaxVec];
+};
+__device__ __forceinline__ Wv load_w(const uint4* w, size_t stride, int vec) {
+  Wv r;
+  const size_t t = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+#pragma unroll
+  for (int v = 0; v < kMaxVec; ++v) {
+    if (v < vec) r.q[v] = __ldg(w + v * stride + t);
+  }
+  return r;
+}
+
 // One step of the chain, once the input row is ready: reduce x_in (read through L2) and write
-// this block's slice of x_out. wv: the 16 weight bytes the thread requested earlier; they feed the
-// result (they never hold the compared value), so their load is not dropped.
-__device__ __forceinline__ void chain_step(const float* x_in, float* x_out, const uint4& wv) {
-  __shared__ float red[kThreads / 32];
+// this block's slice of x_out. wv: the weights the thread requested earlier; they feed the result
+// (they never hold the compared value), so their loads are not dropped.
+__device__ __forceinline__ void chain_step(const float* x_in, float* x_out, const Wv& wv, int vec) {
+  __shared__ float red[32];
   float s = 0.0f;
   for (int k = threadIdx.x; k < kRow; k += blockDim.x) s += __ldcg(x_in + k);
   s = flint::cuda::dev::warp_sum(s);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
   __syncthreads();
   float tot = 0.0f;
-  for (int j = 0; j < kThreads / 32; ++j) tot += red[j];
-  const float v = tot * 1e-9f + (wv.x == 0x9e3779b9u ? 1.0f : 0.0f);
+  for (int j = 0; j < int(blockDim.x / 32); ++j) tot += red[j];
+  unsigned key = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxVec; ++j) {
+    if (j < vec) key ^= wv.q[j].x;
+  }
+  const float v = tot * 1e-9f + (key == 0x9e3779b9u ? 1.0f : 0.0f);
   const int per_block = (kRow + gridDim.x - 1) / gridDim.x;
   for (int j = threadIdx.x; j < per_block; j += blockDim.x) {
     const int k = blockIdx.x * per_block + j;
@@ -60,12 +96,14 @@ __device__ __forceinline__ void chain_step(const float* x_in, float* x_out, cons
   }
 }
 
-// x_in, x_out: [kRow] f32; w: this kernel's weights, 16 bytes per thread of the grid.
-__global__ void chain_kernel(const float* x_in, float* x_out, const uint4* w) {
+// x_in, x_out: [kRow] f32; w: this kernel's weights, vec x 16 bytes per thread of the grid, the
+// v-th `stride` uint4 after the first.
+__global__ void chain_kernel(const float* x_in, float* x_out, const uint4* w, size_t stride,
+                             int vec) {
   flint::cuda::dev::pdl_launch_dependents();
-  const uint4 wv = __ldg(w + blockIdx.x * blockDim.x + threadIdx.x);
+  const Wv wv = load_w(w, stride, vec);
   flint::cuda::dev::pdl_wait();
-  chain_step(x_in, x_out, wv);
+  chain_step(x_in, x_out, wv, vec);
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -80,15 +118,15 @@ __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
 
 // flags[i] != 0: kernel i's input row is complete (flags[0] is set by the graph's first nodes);
 // done[i]: blocks of kernel i that have written their slice. Both are reset before each replay.
-__global__ void flag_kernel(const float* x_in, float* x_out, const uint4* w, unsigned* flags,
-                            unsigned* done, int i) {
+__global__ void flag_kernel(const float* x_in, float* x_out, const uint4* w, size_t stride, int vec,
+                            unsigned* flags, unsigned* done, int i) {
   flint::cuda::dev::pdl_launch_dependents();
-  const uint4 wv = __ldg(w + blockIdx.x * blockDim.x + threadIdx.x);
+  const Wv wv = load_w(w, stride, vec);
   if (threadIdx.x == 0) {
     while (ld_acquire(flags + i) == 0) __nanosleep(20);
   }
   __syncthreads();
-  chain_step(x_in, x_out, wv);
+  chain_step(x_in, x_out, wv, vec);
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -96,6 +134,87 @@ __global__ void flag_kernel(const float* x_in, float* x_out, const uint4* w, uns
       __threadfence();
       st_release(flags + i + 1, 1u);
     }
+  }
+}
+
+// A count spread over kLines 128-byte lines (block b adds to line b % kLines), so that the
+// blocks' atomics do not queue at one line's L2 slice; a waiter's warp reads every line at once.
+constexpr int kLines = 16;
+constexpr int kLineWords = 32;
+constexpr int kSetWords = kLines * kLineWords;
+
+// Warp 0 polls the count `set` until it reaches `target` (acquire); then the block goes on.
+__device__ __forceinline__ void wait_count(const unsigned* set, unsigned target) {
+  if (threadIdx.x < 32) {
+    for (;;) {
+      const unsigned v = threadIdx.x < kLines ? ld_acquire(set + threadIdx.x * kLineWords) : 0u;
+      if (__reduce_add_sync(0xffffffffu, v) >= target) break;
+    }
+  }
+  __syncthreads();
+}
+
+// After the block's writes: adds the block to the count `set` (release).
+__device__ __forceinline__ void add_count(unsigned* set) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* p = set + (blockIdx.x % kLines) * kLineWords;
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+  }
+}
+
+// counts: n + 1 sets; set i counts the blocks of kernel i - 1 that have written their slice (set
+// 0 is preset to the grid). Both the count and the flag kernels need both grids resident together.
+__global__ void count_kernel(const float* x_in, float* x_out, const uint4* w, size_t stride,
+                             int vec, unsigned* counts, int i) {
+  flint::cuda::dev::pdl_launch_dependents();
+  const Wv wv = load_w(w, stride, vec);
+  wait_count(counts + size_t(i) * kSetWords, gridDim.x);
+  chain_step(x_in, x_out, wv, vec);
+  add_count(counts + size_t(i + 1) * kSetWords);
+}
+
+// Sets 0..n of counts zeroed, then set 0 preset to `first`.
+__global__ void reset_counts(unsigned* counts, int n, unsigned first) {
+  for (int i = threadIdx.x; i < (n + 1) * kSetWords; i += blockDim.x) {
+    counts[i] = i == 0 ? first : 0u;
+  }
+}
+
+// The chain's n steps in one kernel of resident blocks. count: one set, arrivals so far (zero
+// before the launch); step i waits for i * gridDim.x of them. w: n x w_per_step uint4.
+__global__ void persist_kernel(const float* rows, const uint4* w, size_t w_per_step, size_t stride,
+                               int vec, unsigned* count, int n) {
+  for (int i = 0; i < n; ++i) {
+    const Wv wv = load_w(w + size_t(i) * w_per_step, stride, vec);
+    wait_count(count, unsigned(i) * gridDim.x);
+    chain_step(rows + size_t(i) * kRow, const_cast<float*>(rows) + size_t(i + 1) * kRow, wv, vec);
+    add_count(count);
+  }
+}
+
+// persist_kernel with an elected barrier: sync[0] counts arrivals, sync[1] the generation.
+__global__ void barrier_kernel(const float* rows, const uint4* w, size_t w_per_step, size_t stride,
+                               int vec, unsigned* sync, int n) {
+  unsigned expect = 0;
+  for (int i = 0; i < n; ++i) {
+    const Wv wv = load_w(w + size_t(i) * w_per_step, stride, vec);
+    chain_step(rows + size_t(i) * kRow, const_cast<float*>(rows) + size_t(i + 1) * kRow, wv, vec);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      ++expect;
+      __threadfence();
+      if (atomicAdd(sync, 1u) == gridDim.x - 1) {
+        atomicExch(sync, 0u);
+        __threadfence();
+        atomicExch(sync + 1, expect);
+      } else {
+        while (ld_acquire(sync + 1) != expect) {
+        }
+      }
+      __threadfence();
+    }
+    __syncthreads();
   }
 }
 
@@ -111,7 +230,7 @@ std::vector<int> ints(const char* s) {
 
 int main(int argc, char** argv) {
   using flint::cuda::launch_pdl;
-  int n = 294, reps = 30;
+  int n = 294, reps = 30, vec = 1, threads = kThreads;
   std::vector<int> grids = {1, 132, 528};
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
@@ -123,6 +242,10 @@ int main(int argc, char** argv) {
       n = std::atoi(argv[i + 1]);
     } else if (k == "--reps") {
       reps = std::atoi(argv[i + 1]);
+    } else if (k == "--threads") {
+      threads = std::atoi(argv[i + 1]);
+    } else if (k == "--vec") {
+      vec = std::atoi(argv[i + 1]);
     } else if (k == "--grids") {
       grids = ints(argv[i + 1]);
     } else {
@@ -130,10 +253,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (n < 1 || n > 100000 || reps < 1 || grids.empty() ||
+  if (threads != 256 && threads != 512 && threads != 1024) {
+    std::fprintf(stderr, "launch_chain_bench: --threads must be 256, 512 or 1024\n");
+    return 2;
+  }
+  if (n < 1 || n > 100000 || reps < 1 || vec < 1 || vec > kMaxVec || grids.empty() ||
       std::any_of(grids.begin(), grids.end(), [](int g) { return g < 1 || g > 4096; })) {
     std::fprintf(stderr,
-                 "launch_chain_bench: need 1 <= kernels <= 100000, reps >= 1, grids 1..4096\n");
+                 "launch_chain_bench: need 1 <= kernels <= 100000, reps >= 1, vec 1..%d, grids "
+                 "1..4096\n",
+                 kMaxVec);
     return 2;
   }
   cudaStream_t s;
@@ -142,21 +271,25 @@ int main(int argc, char** argv) {
   float* rows;
   uint4* w;
   const int max_grid = *std::max_element(grids.begin(), grids.end());
-  const size_t w_per_kernel = size_t(max_grid) * kThreads;  // uint4 per kernel
+  const size_t stride = size_t(max_grid) * threads;  // uint4 per load of the whole grid
+  const size_t w_per_kernel = stride * vec;          // uint4 per kernel
   FLINT_CUDA_CHECK(cudaMalloc(&counter, sizeof(int) * (n + 1)));
   FLINT_CUDA_CHECK(cudaMalloc(&rows, sizeof(float) * kRow * (n + 1)));
   FLINT_CUDA_CHECK(cudaMalloc(&w, sizeof(uint4) * w_per_kernel * n));
   FLINT_CUDA_CHECK(cudaMemset(counter, 0, sizeof(int) * (n + 1)));
   FLINT_CUDA_CHECK(cudaMemset(rows, 0, sizeof(float) * kRow * (n + 1)));
   FLINT_CUDA_CHECK(cudaMemset(w, 0, sizeof(uint4) * w_per_kernel * n));
-  unsigned *flags, *done;
+  unsigned *flags, *done, *counts;
+  FLINT_CUDA_CHECK(cudaMalloc(&counts, sizeof(unsigned) * (n + 1) * kSetWords));
   FLINT_CUDA_CHECK(cudaMalloc(&flags, sizeof(unsigned) * (n + 1)));
-  FLINT_CUDA_CHECK(cudaMalloc(&done, sizeof(unsigned) * n));
-  int sms = 0, dev = 0, flag_per_sm = 0;
+  FLINT_CUDA_CHECK(cudaMalloc(&done, sizeof(unsigned) * (n + 1)));
+  int sms = 0, dev = 0, flag_per_sm = 0, persist_per_sm = 0;
   FLINT_CUDA_CHECK(cudaGetDevice(&dev));
   FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   FLINT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&flag_per_sm, flag_kernel, kThreads, 0));
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&flag_per_sm, flag_kernel, threads, 0));
+  FLINT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&persist_per_sm, persist_kernel, threads, 0));
   cudaEvent_t e0, e1;
   FLINT_CUDA_CHECK(cudaEventCreate(&e0));
   FLINT_CUDA_CHECK(cudaEventCreate(&e1));
@@ -185,53 +318,86 @@ int main(int argc, char** argv) {
     return 1000.0 * ms[ms.size() / 2] / n;  // microseconds per kernel
   };
 
-  std::printf("%d dependent kernels per graph, median of %d replays, us per kernel\n\n", n, reps);
   std::printf(
-      "| grid (blocks of %d) | plain | pdl | pdl+early | chain | flag |\n"
-      "|---:|---:|---:|---:|---:|---:|\n",
-      kThreads);
+      "%d dependent kernels per graph, %d x 16 weight bytes a thread a kernel, median of %d "
+      "replays, us per kernel\n\n",
+      n, vec, reps);
+  std::printf(
+      "| grid (blocks of %d) | plain | pdl | pdl+early | chain | flag | count | persist | barrier "
+      "|\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      threads);
   for (int grid : grids) {
     const double plain = time_graph([&] {
-      for (int i = 0; i < n; ++i) plain_kernel<<<grid, kThreads, 0, s>>>(counter, i);
+      for (int i = 0; i < n; ++i) plain_kernel<<<grid, threads, 0, s>>>(counter, i);
     });
     const double pdl = time_graph([&] {
       for (int i = 0; i < n; ++i) {
-        launch_pdl(pdl_kernel<false>, dim3(grid), dim3(kThreads), 0, s, counter, i);
+        launch_pdl(pdl_kernel<false>, dim3(grid), dim3(threads), 0, s, counter, i);
       }
     });
     const double early = time_graph([&] {
       for (int i = 0; i < n; ++i) {
-        launch_pdl(pdl_kernel<true>, dim3(grid), dim3(kThreads), 0, s, counter, i);
+        launch_pdl(pdl_kernel<true>, dim3(grid), dim3(threads), 0, s, counter, i);
       }
     });
     const double chain = time_graph([&] {
       for (int i = 0; i < n; ++i) {
-        launch_pdl(chain_kernel, dim3(grid), dim3(kThreads), 0, s,
+        launch_pdl(chain_kernel, dim3(grid), dim3(threads), 0, s,
                    static_cast<const float*>(rows + size_t(i) * kRow), rows + size_t(i + 1) * kRow,
-                   static_cast<const uint4*>(w + size_t(i) * w_per_kernel));
+                   static_cast<const uint4*>(w + size_t(i) * w_per_kernel), stride, vec);
       }
     });
     // Spinning is safe only if a kernel's blocks and the next one's fit on the GPU together.
-    std::string flag = "n/a (grid too large)";
+    std::string flag = "n/a (grid too large)", count = flag;
     if (2 * grid <= flag_per_sm * sms) {
+      const double cus = time_graph([&] {
+        reset_counts<<<1, kThreads, 0, s>>>(counts, n, unsigned(grid));
+        for (int i = 0; i < n; ++i) {
+          launch_pdl(
+              count_kernel, dim3(grid), dim3(threads), 0, s,
+              static_cast<const float*>(rows + size_t(i) * kRow), rows + size_t(i + 1) * kRow,
+              static_cast<const uint4*>(w + size_t(i) * w_per_kernel), stride, vec, counts, i);
+        }
+      });
+      char cbuf[32];
+      std::snprintf(cbuf, sizeof(cbuf), "%.2f", cus);
+      count = cbuf;
       const double us = time_graph([&] {
         FLINT_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned) * (n + 1), s));
         FLINT_CUDA_CHECK(cudaMemsetAsync(flags, 1, sizeof(unsigned), s));  // 0x01010101: raised
         FLINT_CUDA_CHECK(cudaMemsetAsync(done, 0, sizeof(unsigned) * n, s));
         for (int i = 0; i < n; ++i) {
-          launch_pdl(flag_kernel, dim3(grid), dim3(kThreads), 0, s,
-                     static_cast<const float*>(rows + size_t(i) * kRow),
-                     rows + size_t(i + 1) * kRow,
-                     static_cast<const uint4*>(w + size_t(i) * w_per_kernel), flags, done, i);
+          launch_pdl(
+              flag_kernel, dim3(grid), dim3(threads), 0, s,
+              static_cast<const float*>(rows + size_t(i) * kRow), rows + size_t(i + 1) * kRow,
+              static_cast<const uint4*>(w + size_t(i) * w_per_kernel), stride, vec, flags, done, i);
         }
       });
       char buf[32];
       std::snprintf(buf, sizeof(buf), "%.2f", us);
       flag = buf;
     }
+    // The persistent chain needs every block resident at once (it spins on the others).
+    std::string persist = "n/a (grid too large)", barrier = persist;
+    if (grid <= persist_per_sm * sms) {
+      char buf[32];
+      double us = time_graph([&] {
+        FLINT_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * kSetWords, s));
+        persist_kernel<<<grid, threads, 0, s>>>(rows, w, w_per_kernel, stride, vec, counts, n);
+      });
+      std::snprintf(buf, sizeof(buf), "%.2f", us);
+      persist = buf;
+      us = time_graph([&] {
+        FLINT_CUDA_CHECK(cudaMemsetAsync(done, 0, 2 * sizeof(unsigned), s));
+        barrier_kernel<<<grid, threads, 0, s>>>(rows, w, w_per_kernel, stride, vec, done, n);
+      });
+      std::snprintf(buf, sizeof(buf), "%.2f", us);
+      barrier = buf;
+    }
     FLINT_CUDA_CHECK(cudaGetLastError());
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %s |\n", grid, plain, pdl, early, chain,
-                flag.c_str());
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %s |\n", grid, plain, pdl, early,
+                chain, flag.c_str(), count.c_str(), persist.c_str(), barrier.c_str());
   }
   int last = 0;
   FLINT_CUDA_CHECK(cudaMemcpy(&last, counter + n, sizeof(int), cudaMemcpyDeviceToHost));
