@@ -18,8 +18,8 @@
 //              step before has: what a persistent decode kernel's dependency between two phases
 //              costs, without a launch, an election or a barrier's second round trip.
 //   barrier    as persist, with the persistent decode kernel's grid barrier between the steps
-//              (decode_persistent.cuh: the last block to arrive resets the count and publishes
-//              the next generation, which the others spin on).
+//              (persistent::grid_sync, decode_persistent.cuh: the last block to arrive resets the
+//              count and publishes the next generation, which the others spin on).
 // --vec V: each thread of the chain variants requests V x 16 weight bytes a kernel (a step) before
 // its wait (V 8 at 528 blocks: 17 MB a kernel, so that the bytes' stream overlaps the hand-offs as
 // a decode step's weights do).
@@ -38,6 +38,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/common.cuh"
+#include "backends/cuda/kernels/decode_persistent.cuh"
 
 namespace {
 
@@ -183,39 +184,33 @@ __global__ void reset_counts(unsigned* counts, int n, unsigned first) {
 
 // The chain's n steps in one kernel of resident blocks. count: one set, arrivals so far (zero
 // before the launch); step i waits for i * gridDim.x of them. w: n x w_per_step uint4.
-__global__ void persist_kernel(const float* rows, const uint4* w, size_t w_per_step, size_t stride,
+__global__ void persist_kernel(float* rows, const uint4* w, size_t w_per_step, size_t stride,
                                int vec, unsigned* count, int n) {
   for (int i = 0; i < n; ++i) {
     const Wv wv = load_w(w + size_t(i) * w_per_step, stride, vec);
     wait_count(count, unsigned(i) * gridDim.x);
-    chain_step(rows + size_t(i) * kRow, const_cast<float*>(rows) + size_t(i + 1) * kRow, wv, vec);
+    chain_step(rows + size_t(i) * kRow, rows + size_t(i + 1) * kRow, wv, vec);
     add_count(count);
   }
 }
 
-// persist_kernel with an elected barrier: sync[0] counts arrivals, sync[1] the generation.
-__global__ void barrier_kernel(const float* rows, const uint4* w, size_t w_per_step, size_t stride,
+// persist_kernel with the persistent decode kernel's own grid barrier (persistent::grid_sync):
+// sync[0] counts arrivals, sync[1] the generation (both zero before the launch).
+__global__ void barrier_kernel(float* rows, const uint4* w, size_t w_per_step, size_t stride,
                                int vec, unsigned* sync, int n) {
-  unsigned expect = 0;
+  flint::cuda::persistent::Grid g{sync, sync + 1, 0, 0, 0, nullptr, 0};
   for (int i = 0; i < n; ++i) {
     const Wv wv = load_w(w + size_t(i) * w_per_step, stride, vec);
-    chain_step(rows + size_t(i) * kRow, const_cast<float*>(rows) + size_t(i + 1) * kRow, wv, vec);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      ++expect;
-      __threadfence();
-      if (atomicAdd(sync, 1u) == gridDim.x - 1) {
-        atomicExch(sync, 0u);
-        __threadfence();
-        atomicExch(sync + 1, expect);
-      } else {
-        while (ld_acquire(sync + 1) != expect) {
-        }
-      }
-      __threadfence();
-    }
-    __syncthreads();
+    chain_step(rows + size_t(i) * kRow, rows + size_t(i + 1) * kRow, wv, vec);
+    flint::cuda::persistent::grid_sync(g);
   }
+}
+
+// A table cell: microseconds with two decimals.
+std::string cell(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f", us);
+  return buf;
 }
 
 std::vector<int> ints(const char* s) {
@@ -283,13 +278,17 @@ int main(int argc, char** argv) {
   FLINT_CUDA_CHECK(cudaMalloc(&counts, sizeof(unsigned) * (n + 1) * kSetWords));
   FLINT_CUDA_CHECK(cudaMalloc(&flags, sizeof(unsigned) * (n + 1)));
   FLINT_CUDA_CHECK(cudaMalloc(&done, sizeof(unsigned) * (n + 1)));
-  int sms = 0, dev = 0, flag_per_sm = 0, persist_per_sm = 0;
+  int sms = 0, dev = 0, flag_per_sm = 0, resident_per_sm = 0;
   FLINT_CUDA_CHECK(cudaGetDevice(&dev));
   FLINT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   FLINT_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&flag_per_sm, flag_kernel, threads, 0));
   FLINT_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&persist_per_sm, persist_kernel, threads, 0));
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident_per_sm, persist_kernel, threads, 0));
+  int barrier_per_sm = 0;
+  FLINT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&barrier_per_sm, barrier_kernel, threads, 0));
+  resident_per_sm = std::min(resident_per_sm, barrier_per_sm);  // persist and barrier spin
   cudaEvent_t e0, e1;
   FLINT_CUDA_CHECK(cudaEventCreate(&e0));
   FLINT_CUDA_CHECK(cudaEventCreate(&e1));
@@ -351,7 +350,7 @@ int main(int argc, char** argv) {
     // Spinning is safe only if a kernel's blocks and the next one's fit on the GPU together.
     std::string flag = "n/a (grid too large)", count = flag;
     if (2 * grid <= flag_per_sm * sms) {
-      const double cus = time_graph([&] {
+      count = cell(time_graph([&] {
         reset_counts<<<1, kThreads, 0, s>>>(counts, n, unsigned(grid));
         for (int i = 0; i < n; ++i) {
           launch_pdl(
@@ -359,11 +358,8 @@ int main(int argc, char** argv) {
               static_cast<const float*>(rows + size_t(i) * kRow), rows + size_t(i + 1) * kRow,
               static_cast<const uint4*>(w + size_t(i) * w_per_kernel), stride, vec, counts, i);
         }
-      });
-      char cbuf[32];
-      std::snprintf(cbuf, sizeof(cbuf), "%.2f", cus);
-      count = cbuf;
-      const double us = time_graph([&] {
+      }));
+      flag = cell(time_graph([&] {
         FLINT_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned) * (n + 1), s));
         FLINT_CUDA_CHECK(cudaMemsetAsync(flags, 1, sizeof(unsigned), s));  // 0x01010101: raised
         FLINT_CUDA_CHECK(cudaMemsetAsync(done, 0, sizeof(unsigned) * n, s));
@@ -373,27 +369,19 @@ int main(int argc, char** argv) {
               static_cast<const float*>(rows + size_t(i) * kRow), rows + size_t(i + 1) * kRow,
               static_cast<const uint4*>(w + size_t(i) * w_per_kernel), stride, vec, flags, done, i);
         }
-      });
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.2f", us);
-      flag = buf;
+      }));
     }
     // The persistent chain needs every block resident at once (it spins on the others).
     std::string persist = "n/a (grid too large)", barrier = persist;
-    if (grid <= persist_per_sm * sms) {
-      char buf[32];
-      double us = time_graph([&] {
+    if (grid <= resident_per_sm * sms) {
+      persist = cell(time_graph([&] {
         FLINT_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * kSetWords, s));
         persist_kernel<<<grid, threads, 0, s>>>(rows, w, w_per_kernel, stride, vec, counts, n);
-      });
-      std::snprintf(buf, sizeof(buf), "%.2f", us);
-      persist = buf;
-      us = time_graph([&] {
+      }));
+      barrier = cell(time_graph([&] {
         FLINT_CUDA_CHECK(cudaMemsetAsync(done, 0, 2 * sizeof(unsigned), s));
         barrier_kernel<<<grid, threads, 0, s>>>(rows, w, w_per_kernel, stride, vec, done, n);
-      });
-      std::snprintf(buf, sizeof(buf), "%.2f", us);
-      barrier = buf;
+      }));
     }
     FLINT_CUDA_CHECK(cudaGetLastError());
     std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %s |\n", grid, plain, pdl, early,
