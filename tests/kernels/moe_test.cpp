@@ -432,9 +432,10 @@ TEST(MoeExperts, RoutedGateUpStagesNormedRowsOfEveryWidth) {
 // with the norm weight bit for bit, the sums within 1e-5 of double-precision host sums, the same
 // picks, weights and act rows within 1e-5 (the 1 / rms comes from differently ordered sums), and a
 // second launch's sums bit for bit equal to the first's. o weights F32, BF16 (one warp a row, and
-// the two-warp split kernel at 2048-wide rows) and NVFP4 (rows of one pass, and of two and three
-// passes of 2048, which this kernel pipelines: the bits must still be the plain GEMV's); routers
-// F32 and BF16; E 13 and 256 (one thread an expert in a 256- or 512-thread block).
+// the two-warp split kernel at 2048-wide rows: 8 rows a block at d 264, 16 at d 256) and NVFP4
+// (rows of one pass, and of two and three passes of 2048, which this kernel pipelines: the bits
+// must still be the plain GEMV's); routers F32 and BF16; E 13 and 256 (one thread an expert in a
+// 256- or 512-thread block).
 TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
   FLINT_REQUIRE_GPU();
   struct Shape {
@@ -443,9 +444,9 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
   };
   for (auto [dt, heads, hd, d, E, k] :
        {Shape{DType::kF32, 2, 64, 192, 13, 3}, Shape{DType::kBF16, 2, 64, 192, 13, 3},
-        Shape{DType::kBF16, 16, 128, 264, 256, 8}, Shape{DType::kNVFP4, 2, 64, 192, 13, 3},
-        Shape{DType::kNVFP4, 4, 64, 320, 256, 6}, Shape{DType::kNVFP4, 40, 64, 320, 256, 6},
-        Shape{DType::kNVFP4, 72, 64, 256, 256, 6}}) {
+        Shape{DType::kBF16, 16, 128, 264, 256, 8}, Shape{DType::kBF16, 16, 128, 256, 256, 8},
+        Shape{DType::kNVFP4, 2, 64, 192, 13, 3}, Shape{DType::kNVFP4, 4, 64, 320, 256, 6},
+        Shape{DType::kNVFP4, 40, 64, 320, 256, 6}, Shape{DType::kNVFP4, 72, 64, 256, 256, 6}}) {
     cpu::testing::TinyOptions o = thirteen_expert_layer(dt, d, hd, 41 + E);
     o.num_heads = heads;
     o.num_kv_heads = heads > 8 ? heads / 8 : 1;  // at most 8 query heads per KV head
@@ -555,78 +556,81 @@ TEST(MoeExperts, RouterSumsInTheOProjectionPickWhatTheRouterPicks) {
 // and GPU's exp differences); E covers all 32 lanes, a partial last lane and fewer experts than
 // lanes (fewer warps than picks: every expert is a rank candidate); k up to kBlockTopKMax. Past
 // 256 experts or 8 picks the gate/up kernel's warp-0 top-k (the same code as the router's) runs
-// instead.
+// instead. F32 and BF16 experts: BF16's one token runs blocks of 16 warps, the pick in the first 8.
 TEST(MoeExperts, RoutedTopKPicksWhatTheRouterPicksWithTies) {
   FLINT_REQUIRE_GPU();
   struct Shape {
     int64_t E, k;
   };
   for (auto [E, k] : {Shape{256, 8}, Shape{256, 6}, Shape{200, 1}, Shape{77, 5}, Shape{13, 3},
-                      Shape{256, 9}, Shape{300, 10}}) {
-    cpu::testing::TinyOptions o = one_moe_layer(64, 32, 16);
-    o.num_experts = E;
-    o.num_experts_per_tok = k;
-    o.seed = 5;
-    const auto m = cpu::testing::make_tiny_model(o);
-    auto dw = DeviceWeights::upload(m.weights, nullptr);
-    ASSERT_TRUE(dw.has_value()) << dw.error().message;
-    const DeviceLayer& L = dw->layers()[0];
-    const int slots = static_cast<int>(k) + dw->num_shared_slots();
-    const int64_t d = o.hidden_size, I = o.moe_intermediate_size;
-    std::vector<float> eye(E * E, 0.0f);  // cpu::route's router: its scores are the logits
-    for (int64_t e = 0; e < E; ++e) eye[e * E + e] = 1.0f;
-    ThreadPool pool(2);
-    for (bool bias : {false, true}) {
-      for (bool norm_topk : {true, false}) {
-        for (int T : {1, 2, 3}) {
-          SCOPED_TRACE(
-              fmt::format("E={} k={} bias={} norm_topk={} tokens={}", E, k, bias, norm_topk, T));
-          auto lg = random_floats(T * E, 7 + T + E, -8.0f, 8.0f);
-          for (float& v : lg) v = std::round(v) / 4.0f;  // 17 values: ties
-          auto bv = random_floats(E, 11 + E, -1.5f, 1.5f);
-          for (float& v : bv) v = std::round(v) / 8.0f;  // -1/8, 0, 1/8
-          const MoeRouting r{static_cast<int>(E), static_cast<int>(k), dw->num_shared_slots(),
-                             norm_topk, norm_topk ? 1.0f : 2.5f};
-          DeviceArray<float> logits(lg), dbias(bv), x(random_floats(T * d, 3, -1.0f, 1.0f));
-          DeviceArray<float> rw_warp(T * slots), rw_block(T * slots), act(T * slots * I);
-          DeviceArray<int32_t> ids_warp(T * slots), ids_block(std::vector<int32_t>(T * slots, -1));
-          const float* b = bias ? dbias.get() : nullptr;
-          moe_router(ids_warp.get(), rw_warp.get(), logits.get(), b, T, r, nullptr);
-          gemv_gated_routed_experts(act.get(), x.get(), d, T, logits.get(), b, r, ids_block.get(),
-                                    rw_block.get(), L.exp_gate, L.exp_up, nullptr);
-          const auto ib = ids_block.to_host();
-          const auto wb = rw_block.to_host();
-          EXPECT_EQ(ib, ids_warp.to_host());
-          EXPECT_EQ(wb, rw_warp.to_host());
-          // Only block x == 0 of a slot records its pick; the others pick just their own slot's
-          // expert: their act rows must be those of the router's picks.
-          DeviceArray<float> act_given(T * slots * I);
-          gemv_gated_experts(act_given.get(), x.get(), d, T * slots, slots, ids_warp.get(),
-                             L.exp_gate, L.exp_up, nullptr);
-          EXPECT_LE(testing::worst_ratio(act.to_host(), act_given.to_host(), 1e-6, 1e-6), 1.0);
-          model::LayerWeights lw;
-          lw.router = model::Linear{ConstTensorView(eye.data(), DType::kF32, {E, E}), 1.0f};
-          if (bias) lw.expert_bias = ConstTensorView(bv.data(), DType::kF32, {E});
-          model::FlintConfig cfg;
-          cfg.num_experts = E;
-          cfg.num_experts_per_tok = k;
-          cfg.norm_topk_prob = r.norm_topk_prob;
-          cfg.routed_scaling_factor = r.routed_scaling_factor;
-          const cpu::Routing want = cpu::route(lg.data(), T, lw, cfg, pool);
-          for (int t = 0; t < T; ++t) {
-            for (int j = 0; j < k; ++j) {
-              EXPECT_EQ(ib[t * slots + j], want.expert_ids[t * k + j]) << "token " << t;
-              EXPECT_NEAR(wb[t * slots + j], want.weights[t * k + j], 2e-6) << "token " << t;
-            }
-            for (int j = k; j < slots; ++j) {  // then the shared slices
-              EXPECT_EQ(ib[t * slots + j], E + (j - k));
-              EXPECT_EQ(wb[t * slots + j], 1.0f);
+                      Shape{256, 9}, Shape{300, 10}})
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      cpu::testing::TinyOptions o = one_moe_layer(64, 32, 16);
+      o.linear_dtype = dt;
+      o.num_experts = E;
+      o.num_experts_per_tok = k;
+      o.seed = 5;
+      const auto m = cpu::testing::make_tiny_model(o);
+      auto dw = DeviceWeights::upload(m.weights, nullptr);
+      ASSERT_TRUE(dw.has_value()) << dw.error().message;
+      const DeviceLayer& L = dw->layers()[0];
+      const int slots = static_cast<int>(k) + dw->num_shared_slots();
+      const int64_t d = o.hidden_size, I = o.moe_intermediate_size;
+      std::vector<float> eye(E * E, 0.0f);  // cpu::route's router: its scores are the logits
+      for (int64_t e = 0; e < E; ++e) eye[e * E + e] = 1.0f;
+      ThreadPool pool(2);
+      for (bool bias : {false, true}) {
+        for (bool norm_topk : {true, false}) {
+          for (int T : {1, 2, 3}) {
+            SCOPED_TRACE(fmt::format("E={} k={} {} bias={} norm_topk={} tokens={}", E, k, dt, bias,
+                                     norm_topk, T));
+            auto lg = random_floats(T * E, 7 + T + E, -8.0f, 8.0f);
+            for (float& v : lg) v = std::round(v) / 4.0f;  // 17 values: ties
+            auto bv = random_floats(E, 11 + E, -1.5f, 1.5f);
+            for (float& v : bv) v = std::round(v) / 8.0f;  // -1/8, 0, 1/8
+            const MoeRouting r{static_cast<int>(E), static_cast<int>(k), dw->num_shared_slots(),
+                               norm_topk, norm_topk ? 1.0f : 2.5f};
+            DeviceArray<float> logits(lg), dbias(bv), x(random_floats(T * d, 3, -1.0f, 1.0f));
+            DeviceArray<float> rw_warp(T * slots), rw_block(T * slots), act(T * slots * I);
+            DeviceArray<int32_t> ids_warp(T * slots),
+                ids_block(std::vector<int32_t>(T * slots, -1));
+            const float* b = bias ? dbias.get() : nullptr;
+            moe_router(ids_warp.get(), rw_warp.get(), logits.get(), b, T, r, nullptr);
+            gemv_gated_routed_experts(act.get(), x.get(), d, T, logits.get(), b, r, ids_block.get(),
+                                      rw_block.get(), L.exp_gate, L.exp_up, nullptr);
+            const auto ib = ids_block.to_host();
+            const auto wb = rw_block.to_host();
+            EXPECT_EQ(ib, ids_warp.to_host());
+            EXPECT_EQ(wb, rw_warp.to_host());
+            // Only block x == 0 of a slot records its pick; the others pick just their own slot's
+            // expert: their act rows must be those of the router's picks.
+            DeviceArray<float> act_given(T * slots * I);
+            gemv_gated_experts(act_given.get(), x.get(), d, T * slots, slots, ids_warp.get(),
+                               L.exp_gate, L.exp_up, nullptr);
+            EXPECT_LE(testing::worst_ratio(act.to_host(), act_given.to_host(), 1e-6, 1e-6), 1.0);
+            model::LayerWeights lw;
+            lw.router = model::Linear{ConstTensorView(eye.data(), DType::kF32, {E, E}), 1.0f};
+            if (bias) lw.expert_bias = ConstTensorView(bv.data(), DType::kF32, {E});
+            model::FlintConfig cfg;
+            cfg.num_experts = E;
+            cfg.num_experts_per_tok = k;
+            cfg.norm_topk_prob = r.norm_topk_prob;
+            cfg.routed_scaling_factor = r.routed_scaling_factor;
+            const cpu::Routing want = cpu::route(lg.data(), T, lw, cfg, pool);
+            for (int t = 0; t < T; ++t) {
+              for (int j = 0; j < k; ++j) {
+                EXPECT_EQ(ib[t * slots + j], want.expert_ids[t * k + j]) << "token " << t;
+                EXPECT_NEAR(wb[t * slots + j], want.weights[t * k + j], 2e-6) << "token " << t;
+              }
+              for (int j = k; j < slots; ++j) {  // then the shared slices
+                EXPECT_EQ(ib[t * slots + j], E + (j - k));
+                EXPECT_EQ(wb[t * slots + j], 1.0f);
+              }
             }
           }
         }
       }
     }
-  }
 }
 
 }  // namespace

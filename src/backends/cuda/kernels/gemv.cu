@@ -96,28 +96,35 @@ __global__ void __launch_bounds__(kWarps * 32, narrow_min_blocks<W, U, kWarps>()
 }
 
 // The gated experts with the top-k in the kernel (gemv_gated_routed_experts): one pair per block.
-template <DType W, int kTopK>
-__global__ void __launch_bounds__(dev::kGemvThreads, 4) gemv_routed_kernel(GemvArgs args) {
+template <DType W, int kTopK, int kW = dev::kGemvWarps>
+__global__ void __launch_bounds__(kW * 32, 32 / kW) gemv_routed_kernel(GemvArgs args) {
   extern __shared__ float4 smem4[];
   dev::ktrace_begin(KTag::kRoutedGateUp);
   dev::pdl_launch_dependents();
-  dev::gemv_block<W, 1, true, 1, 1, kTopK>(args, reinterpret_cast<float*>(smem4));
+  dev::gemv_block<W, 1, true, 1, 1, kTopK, 1, false, kW>(args, reinterpret_cast<float*>(smem4));
   dev::ktrace_end();
 }
 
-template <DType W, int kTopK>
+template <DType W, int kTopK, int kW = dev::kGemvWarps>
 void launch_routed_k(const GemvArgs& a, size_t smem, cudaStream_t s) {
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_routed_kernel<W, kTopK>,
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_routed_kernel<W, kTopK, kW>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxSmemBytes)));
     return true;
   }();
   (void)configured;
-  const dim3 grid(static_cast<unsigned>(ceil_div(a.a.out, dev::kGemvWarps)),
-                  static_cast<unsigned>(a.num_rows));
-  launch_pdl(gemv_routed_kernel<W, kTopK>, grid, dim3(dev::kGemvThreads), smem, s, a);
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.a.out, kW)), static_cast<unsigned>(a.num_rows));
+  launch_pdl(gemv_routed_kernel<W, kTopK, kW>, grid, dim3(kW * 32), smem, s, a);
 }
+
+// BF16, one token: the whole-block pick's kernel in blocks of 16 warps, half as many (the pick in
+// the first 8 warps, pick_expert), with the o projection at 16 rows a block (kRouteWideRows).
+// H100, first 40 layers, ms per step (forty-sixth session, docs/PERFORMANCE.md, three rounds
+// against main): BF16 b1 1K 1.913 -> 1.885, 32K 2.144 -> 2.141. With 16 warps at every dtype and
+// batch, NVFP4 b1 1K 1.346 -> 1.350 and b2 1K 1.897 -> 1.927, BF16 b2 1K 2.986 -> 3.003: those
+// keep blocks of 8.
+constexpr int kRoutedWarps = 16;
 
 template <DType W>
 void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
@@ -130,7 +137,12 @@ void launch_routed(const GemvArgs& a, size_t smem, cudaStream_t s) {
   // bytes where 8 were) and the whole gain. The block's pick with one barrier, by warp 0 on keys
   // sorted in registers (thirty-ninth session, H100, first 40 layers, scripts/gpu.sh ab): NVFP4
   // b1 1K 1.366 -> 1.352, b2 1.965 -> 1.922; BF16 b1 1K 1.947 -> 1.931.
-  if (routed_top_k_in_block(a.route)) return launch_routed_k<W, 2>(a, smem, s);
+  if (routed_top_k_in_block(a.route)) {
+    if (W == DType::kBF16 && a.num_rows <= a.pairs_per_token) {
+      return launch_routed_k<W, 2, kRoutedWarps>(a, smem, s);
+    }
+    return launch_routed_k<W, 2>(a, smem, s);
+  }
   launch_routed_k<W, 1>(a, smem, s);
 }
 
@@ -394,6 +406,11 @@ bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
 // through DSMEM, one atomic a cluster, 1.886 against 1.855 (BF16 2.447 against 2.306); the landed
 // form 1.844 against 1.855.
 constexpr int kRouteRows = dev::kGemvWarps;  // rows per block: one a warp
+// BF16's two-warp split at 16 rows a block of 32 warps where the rows divide (Flint's o
+// projection: 128 blocks, not 256 of 16 warps); with kRoutedWarps above (forty-sixth session: the
+// two alone, H100, BF16 b1 1K 1.905 -> 1.895 and 1.893). NVFP4's one warp a row at 16 rows a block
+// measured 1.343 -> 1.340 and keeps 8.
+constexpr int kRouteWideRows = 16;
 struct RouteTail {
   const void* w;  // router [E, ld] (F32 or BF16)
   bool f32;
@@ -404,24 +421,24 @@ struct RouteTail {
   double* acc;        // [E + kRouteSsCopies][kRouteAccStride]
 };
 
-template <DType W, int kSplit>
-__global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2)
+template <DType W, int kSplit, int kRows = kRouteRows>
+__global__ void __launch_bounds__(kSplit* kRows * 32, 1024 / (kSplit * kRows * 32))
     gemv_route_kernel(GemvArgs args, RouteTail rt) {
   extern __shared__ float4 smem4[];
-  __shared__ __align__(16) uint4 s_w[kRouteTailMaxExperts * 2];
-  __shared__ __align__(16) float s_g[kRouteRows];
-  __shared__ float s_y[kRouteRows], s_x[kRouteRows];
+  __shared__ __align__(16) uint4 s_w[kRouteTailMaxExperts * 2 * kRows / 8];
+  __shared__ __align__(16) float s_g[kRows];
+  __shared__ float s_y[kRows], s_x[kRows];
   dev::ktrace_begin(KTag::kGemv);
   // gemv_block lets the next kernel launch after the wait (args.trigger_after_wait).
-  const int64_t row0 = int64_t(blockIdx.x) * kRouteRows;
-  const int per = rt.f32 ? 2 : 1;  // 16-byte pieces of an expert's slice
+  const int64_t row0 = int64_t(blockIdx.x) * kRows;
+  const int per = (rt.f32 ? 2 : 1) * kRows / 8;  // 16-byte pieces of an expert's slice
   const size_t es = rt.f32 ? 4 : 2;
   for (int i = threadIdx.x; i < rt.E * per; i += blockDim.x) {
     const int e = i / per, h = i % per;
     dev::cp_async16(
         &s_w[i], static_cast<const unsigned char*>(rt.w) + (e * rt.ld + row0) * es + h * 16, true);
   }
-  if (threadIdx.x < kRouteRows / 4)
+  if (threadIdx.x < kRows / 4)
     dev::cp_async16(&s_g[4 * threadIdx.x], rt.norm + row0 + 4 * threadIdx.x, true);
   dev::cp_async_commit();
   // NVFP4, one warp a row: the o projection's 4096-wide rows take two passes of U 2, and kPipe
@@ -432,18 +449,25 @@ __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2
   // Measured and not kept (docs/PERFORMANCE.md, thirty-eighth session): the same in the routed
   // gate/up, whose 64 registers then spill, and BF16's qkv projection and moe_down.
   constexpr bool kPipe = W == DType::kNVFP4 && kSplit == 1;
-  dev::gemv_block<W, 1, false, 1, 1, 0, kSplit, kPipe>(args, reinterpret_cast<float*>(smem4), s_y);
+  dev::gemv_block<W, 1, false, 1, 1, 0, kSplit, kPipe, kRows>(args, reinterpret_cast<float*>(smem4),
+                                                              s_y);
   dev::cp_async_wait<0>();
   __syncthreads();
-  if (threadIdx.x < kRouteRows) {
+  if (threadIdx.x < kRows) {
     const float x = s_y[threadIdx.x] * s_g[threadIdx.x];
     s_x[threadIdx.x] = x;
     rt.x_out[row0 + threadIdx.x] = x;
   }
   __syncthreads();
   for (int e = threadIdx.x; e < rt.E; e += blockDim.x) {
-    float w[kRouteRows];
-    if (rt.f32) {
+    float w[kRows];
+    if constexpr (kRows != 8) {
+      const float* wf = reinterpret_cast<const float*>(s_w) + e * kRows;
+      const uint16_t* wh = reinterpret_cast<const uint16_t*>(s_w) + e * kRows;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j)
+        w[j] = rt.f32 ? wf[j] : __uint_as_float(static_cast<uint32_t>(wh[j]) << 16);
+    } else if (rt.f32) {
       const float4 a = reinterpret_cast<const float4*>(s_w)[2 * e];
       const float4 b = reinterpret_cast<const float4*>(s_w)[2 * e + 1];
       w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
@@ -459,31 +483,31 @@ __global__ void __launch_bounds__(kSplit* dev::kGemvThreads, kSplit == 1 ? 4 : 2
     }
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kRouteRows; ++i) sum += w[i] * s_x[i];
+    for (int i = 0; i < kRows; ++i) sum += w[i] * s_x[i];
     atomicAdd(rt.acc + int64_t(e) * kRouteAccStride, static_cast<double>(sum));
   }
   if (threadIdx.x < kRouteSsCopies) {  // each copy of the sum of squares (gemv.h)
     float ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kRouteRows; ++i) ss += s_y[i] * s_y[i];
+    for (int i = 0; i < kRows; ++i) ss += s_y[i] * s_y[i];
     atomicAdd(rt.acc + int64_t(rt.E + threadIdx.x) * kRouteAccStride, static_cast<double>(ss));
   }
   dev::ktrace_end();
 }
 
-template <DType W, int kSplit>
+template <DType W, int kSplit, int kRows = kRouteRows>
 void launch_route(const GemvArgs& a, const RouteTail& rt, cudaStream_t s) {
   static const bool configured = [] {
-    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_route_kernel<W, kSplit>,
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(gemv_route_kernel<W, kSplit, kRows>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxSmemBytes)));
     return true;
   }();
   (void)configured;
   const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
-  launch_pdl(gemv_route_kernel<W, kSplit>,
-             dim3(static_cast<unsigned>(ceil_div(a.a.out, int64_t(kRouteRows)))),
-             dim3(kSplit * dev::kGemvThreads), smem, s, a, rt);
+  launch_pdl(gemv_route_kernel<W, kSplit, kRows>,
+             dim3(static_cast<unsigned>(ceil_div(a.a.out, int64_t(kRows)))),
+             dim3(kSplit * kRows * 32), smem, s, a, rt);
 }
 
 // One output row per warp, eight per block: many small blocks keep every SM busy at batch 1.
@@ -639,7 +663,11 @@ bool gemv_route_partials(float* y, const float* x, const LinearRef& w, const Lin
     case DType::kBF16:
       // The o projection's BF16 row in two warps, as gemv would run it (try_split).
       if (split_serves<DType::kBF16>(a)) {
-        launch_route<DType::kBF16, 2>(a, rt, s);
+        if (w.out % kRouteWideRows == 0) {
+          launch_route<DType::kBF16, 2, kRouteWideRows>(a, rt, s);
+        } else {
+          launch_route<DType::kBF16, 2>(a, rt, s);
+        }
       } else {
         launch_route<DType::kBF16, 1>(a, rt, s);
       }

@@ -70,8 +70,9 @@ struct GemvArgs {
 // and logit of expert threadIdx.x loaded ahead in bias_one and logit_one: block x == 0 the whole
 // pick in turn (top_k_token_block), the others their slot's expert by rank
 // (top_k_token_block_rank; moe_topk.cuh says what each costs); otherwise warp 0 picks
-// (top_k_token, `scratch` its [2E] floats) from a.route_logits.
-template <bool kAhead>
+// (top_k_token, `scratch` its [2E] floats) from a.route_logits. kW: the block's warps (8 or 16;
+// kAhead's picks run in the first 8).
+template <bool kAhead, int kW = kGemvWarps>
 __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fixed,
                                                int64_t fixed_e, float* scratch, float bias_one,
                                                float logit_one) {
@@ -80,15 +81,20 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
   const int E = a.route.num_experts, slot = g % a.pairs_per_token, t = g / a.pairs_per_token;
   int64_t e = fixed_e;
   float w = 1.0f;
-  static_assert(kGemvWarps * 32 >= 256, "top_k_token_block: a thread per expert (E <= 256)");
+  static_assert(kW == 8 || kW == 16, "pick_expert: blocks of 8 or 16 warps");
   if (!fixed) {
     // Block x == 0 records the pick with its weight; the others need only their slot's expert.
+    // In a block of 16 warps the first 8 pick (a thread an expert, E <= 256) and the rest wait
+    // at the barrier below.
+    constexpr int kSync = kW == 8 ? 0 : 256;
     if constexpr (kAhead) {
-      if (blockIdx.x == 0) {
-        top_k_token_block<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w);
-      } else {
-        top_k_token_block_rank<kGemvWarps>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
+      if (threadIdx.x < 256) {
+        if (blockIdx.x == 0) {
+          top_k_token_block<8, kSync>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w);
+        } else {
+          top_k_token_block_rank<8, kSync>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w,
                                            slot);
+        }
       }
     } else if (threadIdx.x < 32) {
       top_k_token(a.route_logits + int64_t(t) * E, a.route_bias, a.route, scratch, pick_ids,
@@ -227,14 +233,15 @@ __device__ __forceinline__ void prefetch_rest(const GemvArgs& a, const int64_t (
 // kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, by
 // the whole block, with the selection bias loaded before the PDL wait (E <= 256, top_k <=
 // kBlockTopKMax).
-// kSplit: warps per row (a block of kSplit * kGemvWarps warps, kGemvWarps x R rows); the kSplit
+// kW: warps a block per row group (8, or 16: half the blocks); kSplit: warps per row (a block of
+// kSplit * kW warps, kW x R rows); the kSplit
 // partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
 // y_new (NB 1, not null): each row's new y value (after `accumulate`) also goes to
 // y_new[warp * R + r], the block's rows in order (gemv_route_partials' tail reads them).
 // kPipe: two passes in flight, the next pass's loads issued before this pass's dots (twice the
 // weight registers; gemv.cu's gemv_route_kernel says where it pays).
 template <DType W, int NB, bool kGated, int R, int UX = 1, int kTopK = 0, int kSplit = 1,
-          bool kPipe = false>
+          bool kPipe = false, int kW = kGemvWarps>
 __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
                                            float* y_new = nullptr) {
   using C = Chunk<W>;
@@ -242,10 +249,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   constexpr int U = gemv_unroll<W, kGated, R>() * UX;
   static_assert(kSplit == 1 || (kSplit == 2 && kTopK == 0), "gemv_block: kSplit 2 is dense only");
   const int lane = threadIdx.x & 31;
-  // One warp a row (kSplit 1): half is 0 and warp < kGemvWarps, known at compile time (a runtime
+  // One warp a row (kSplit 1): half is 0 and warp < kW, known at compile time (a runtime
   // division here cost the NB >= 2 kernels registers).
-  const int warp = threadIdx.x >> 5, half = kSplit > 1 ? warp / kGemvWarps : 0;
-  const int64_t r0 = (int64_t(bx) * kGemvWarps + (kSplit > 1 ? warp % kGemvWarps : warp)) * R;
+  const int warp = threadIdx.x >> 5, half = kSplit > 1 ? warp / kW : 0;
+  const int64_t r0 = (int64_t(bx) * kW + (kSplit > 1 ? warp % kW : warp)) * R;
   const int g = by;
   const bool expert = kTopK > 0 || args.expert_ids != nullptr;
   const int64_t K = args.a.in, out = args.a.out, nc = K / C::kElems, PK = padded_len(K);
@@ -355,7 +362,8 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   }
   if (expert) {
     if constexpr (kTopK > 0) {
-      e = pick_expert<kTopK == 2>(args, g, fixed, e, xs, bias_one, logit_one);  // xs: staged below
+      // xs: staged below
+      e = pick_expert<kTopK == 2, kW>(args, g, fixed, e, xs, bias_one, logit_one);
     }
     ktrace_mark(kKtMarkA);
     if (!fixed) {
@@ -422,7 +430,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   ktrace_mark(kKtMarkC);
   if constexpr (kSplit == 2) {
     // Half 1's warp sums to shared memory; half 0 adds them to its own (a then b, fixed order).
-    __shared__ float other[kGemvWarps][R][NB][kGated ? 2 : 1];
+    __shared__ float other[kW][R][NB][kGated ? 2 : 1];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -430,8 +438,8 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
         acc_a[r][i] = warp_sum(acc_a[r][i]);
         if constexpr (kGated) acc_b[r][i] = warp_sum(acc_b[r][i]);
         if (half == 1 && lane == 0) {
-          other[warp % kGemvWarps][r][i][0] = acc_a[r][i];
-          if constexpr (kGated) other[warp % kGemvWarps][r][i][1] = acc_b[r][i];
+          other[warp % kW][r][i][0] = acc_a[r][i];
+          if constexpr (kGated) other[warp % kW][r][i][1] = acc_b[r][i];
         }
       }
     }
@@ -450,7 +458,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
   float inv[NB];
 #pragma unroll
   for (int i = 0; i < NB; ++i) {
-    inv[i] = args.norm != nullptr && i < nb ? staged_inv<NB, kGemvWarps * kSplit>(i, K, args.eps)
+    inv[i] = args.norm != nullptr && i < nb ? staged_inv<NB, kW * kSplit>(i, K, args.eps)
                                             : (xinv ? s_xinv : 1.0f);
   }
 #pragma unroll
@@ -477,7 +485,7 @@ __device__ __forceinline__ void gemv_block(const GemvArgs& args, float* xs,
         }
         *yp = nv;
         if constexpr (NB == 1) {
-          if (y_new != nullptr) y_new[warp * R + r] = nv;  // half 0: warp < kGemvWarps
+          if (y_new != nullptr) y_new[warp * R + r] = nv;  // half 0: warp < kW
         }
       }
     }

@@ -171,6 +171,17 @@ __device__ inline void top_k_token(const float* logits, const float* bias, const
   }
 }
 
+// The barrier of the block's first kThreads threads (named barrier 1), or __syncthreads() for
+// kThreads 0: the whole-block picks below run in the first 8 warps of a larger block too.
+template <int kThreads>
+__device__ __forceinline__ void pick_sync() {
+  if constexpr (kThreads == 0) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  }
+}
+
 // The comparator of top_k_token_block's sorting network: (ka, ia) and (kb, ib) in descending
 // order of key, ties to the lower id. Selects: written as a conditional swap, ptxas made each
 // comparator a divergent branch (routed_pick_bench, H100, 512 blocks: the pick took 2.81 us, 2.45
@@ -222,15 +233,16 @@ __device__ __forceinline__ void store_pick_weights(const float* score, const Moe
 // with a second redux a pick, for the lower id. score: [E] floats of shared memory; out_ids/out_w:
 // shared memory, as top_k_token describes them. slot >= 0: only out_ids[0 .. slot] are written
 // (slot + 1 picks; no scores summed, no weights, no shared slots), what a block serving one routed
-// slot needs. Every thread of the block must call it; it holds one __syncthreads, and out_ids/out_w
-// are written by warp 0 only (the caller synchronises before reading them from other warps).
-// H100, 512 blocks of 256 threads at once as in the routed gate/up, E 256, top_k 6, from the
-// router sums' loads to the pick read after the last barrier (bench/kernels/routed_pick_bench.cu,
-// fortieth session, docs/PERFORMANCE.md): the last slot's blocks 2439 ns in the thirty-ninth
-// session's form (a redux pair a pick, every block the whole pick with its weights, one copy of
-// the sum of squares), 1564 now; the loads alone take 1075 of it. A scratch probe timing the old
-// form's phases by clock64 (not kept): ~1600 of its ~4300 cycles were the loads, ~195 each pick.
-template <int kW>
+// slot needs. Every thread of the block (kSync 0), or each of its first kSync threads (named
+// barrier 1: pick_sync), must call it; it holds one barrier, and out_ids/out_w are written by warp
+// 0 only (the caller synchronises before reading them from other warps). H100, 512 blocks of 256
+// threads at once as in the routed gate/up, E 256, top_k 6, from the router sums' loads to the pick
+// read after the last barrier (bench/kernels/routed_pick_bench.cu, fortieth session,
+// docs/PERFORMANCE.md): the last slot's blocks 2439 ns in the thirty-ninth session's form (a redux
+// pair a pick, every block the whole pick with its weights, one copy of the sum of squares), 1564
+// now; the loads alone take 1075 of it. A scratch probe timing the old form's phases by clock64
+// (not kept): ~1600 of its ~4300 cycles were the loads, ~195 each pick.
+template <int kW, int kSync = 0>
 __device__ __forceinline__ void top_k_token_block(float logit, float bias, const MoeRouting& r,
                                                   float* score, int32_t* out_ids, float* out_w,
                                                   int slot = -1) {
@@ -246,7 +258,7 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
     key = ordered_bits(selection_key(sc, bias));
   }
   skey[e] = key;
-  __syncthreads();
+  pick_sync<kSync>();
   if (warp != 0) return;
   uint32_t k[kW];
   int id[kW];
@@ -319,14 +331,15 @@ __device__ __forceinline__ void top_k_token_block(float logit, float bias, const
 // order of the picks, ties to the lower id) and a rank below n stores its id at out_ids[rank].
 // The list's unused entries are zero, a key below every expert's, so that it is read two entries
 // at a time. The whole pick (slot < 0) then has a third barrier, and warp 0 sums the picked scores
-// in pick order as top_k_token does. Every thread of the block must call it; out_ids/out_w are
-// written by any warp (the caller synchronises before reading them).
+// in pick order as top_k_token does. Every thread of the block must call it (or of its first kSync
+// threads, as top_k_token_block); out_ids/out_w are written by any warp (the caller synchronises
+// before reading them).
 // H100, routed_pick_bench (512 blocks, E 256, top_k 6; forty-third session, docs/PERFORMANCE.md):
 // the slot picks of the last slot's blocks 1503 ns against 1564 in turn, but the whole pick 2367
 // against 2310 (the third barrier). So the routed gate/up picks a slot's expert by rank and its
 // block x == 0, which records the pick and its weights for moe_down, in turn: NVFP4 b1 32K 1.600 ->
 // 1.583 ms a step (five rounds), where every block by rank gained 0.2% at most.
-template <int kW>
+template <int kW, int kSync = 0>
 __device__ __forceinline__ void top_k_token_block_rank(float logit, float bias, const MoeRouting& r,
                                                        float* score, int32_t* out_ids, float* out_w,
                                                        int slot = -1) {
@@ -347,7 +360,7 @@ __device__ __forceinline__ void top_k_token_block_rank(float logit, float bias, 
   const uint32_t m = __reduce_max_sync(0xffffffffu, key);
   if (lane == 0) wmax[warp] = m;
   if (e == 0) ncand = 0;
-  __syncthreads();
+  pick_sync<kSync>();
   const uint4 w0 = reinterpret_cast<const uint4*>(wmax)[0];
   const uint4 w1 = reinterpret_cast<const uint4*>(wmax)[1];
   const int greater = int(w0.x > key) + int(w0.y > key) + int(w0.z > key) + int(w0.w > key) +
@@ -358,7 +371,7 @@ __device__ __forceinline__ void top_k_token_block_rank(float logit, float bias, 
   if (lane == __ffs(b) - 1) base = atomicAdd(&ncand, __popc(b));
   base = __shfl_sync(0xffffffffu, base, b != 0u ? __ffs(b) - 1 : 0);
   if (mine) cand[base + __popc(b & ((1u << lane) - 1u))] = make_uint2(key, uint32_t(e));
-  __syncthreads();
+  pick_sync<kSync>();
   if (mine) {
     const int pairs = (ncand + 1) >> 1;
     const uint4* c = reinterpret_cast<const uint4*>(cand);
@@ -372,7 +385,7 @@ __device__ __forceinline__ void top_k_token_block_rank(float logit, float bias, 
     if (rank < n) out_ids[rank] = e;
   }
   if (slot >= 0) return;
-  __syncthreads();
+  pick_sync<kSync>();
   if (warp != 0) return;
   store_pick_weights(score, r, lane, E, K, out_ids, out_w);
 }
