@@ -461,24 +461,24 @@ __global__ void __launch_bounds__(kSplit* kRows * 32, 1024 / (kSplit * kRows * 3
   __syncthreads();
   for (int e = threadIdx.x; e < rt.E; e += blockDim.x) {
     float w[kRows];
-    if constexpr (kRows != 8) {
-      const float* wf = reinterpret_cast<const float*>(s_w) + e * kRows;
-      const uint16_t* wh = reinterpret_cast<const uint16_t*>(s_w) + e * kRows;
+    // Expert e's slice: kRows / 4 float4 (F32) or kRows / 8 uint4 of BF16 pairs.
+    static_assert(kRows % 8 == 0, "gemv_route_kernel: rows a block in 16-byte BF16 pieces");
+    if (rt.f32) {
 #pragma unroll
-      for (int j = 0; j < kRows; ++j)
-        w[j] = rt.f32 ? wf[j] : __uint_as_float(static_cast<uint32_t>(wh[j]) << 16);
-    } else if (rt.f32) {
-      const float4 a = reinterpret_cast<const float4*>(s_w)[2 * e];
-      const float4 b = reinterpret_cast<const float4*>(s_w)[2 * e + 1];
-      w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
-      w[7] = b.w;
+      for (int q = 0; q < kRows / 4; ++q) {
+        const float4 v = reinterpret_cast<const float4*>(s_w)[e * (kRows / 4) + q];
+        w[4 * q] = v.x, w[4 * q + 1] = v.y, w[4 * q + 2] = v.z, w[4 * q + 3] = v.w;
+      }
     } else {
-      const uint4 q = s_w[e];
-      const uint32_t u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        w[2 * j] = __uint_as_float(u[j] << 16);
-        w[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+      for (int q = 0; q < kRows / 8; ++q) {
+        const uint4 v = s_w[e * (kRows / 8) + q];
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          w[8 * q + 2 * j] = __uint_as_float(u[j] << 16);
+          w[8 * q + 2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        }
       }
     }
     float sum = 0.0f;

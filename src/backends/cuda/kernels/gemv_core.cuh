@@ -88,7 +88,7 @@ __device__ __forceinline__ int64_t pick_expert(const GemvArgs& a, int g, bool fi
     // at the barrier below.
     constexpr int kSync = kW == 8 ? 0 : 256;
     if constexpr (kAhead) {
-      if (threadIdx.x < 256) {
+      if (kW == 8 || threadIdx.x < 256) {
         if (blockIdx.x == 0) {
           top_k_token_block<8, kSync>(logit_one, bias_one, a.route, scratch, pick_ids, pick_w);
         } else {
@@ -233,9 +233,9 @@ __device__ __forceinline__ void prefetch_rest(const GemvArgs& a, const int64_t (
 // kTopK: 0 dense or given ids; 1 routed experts picked in the block (pick_expert); 2 as 1, by
 // the whole block, with the selection bias loaded before the PDL wait (E <= 256, top_k <=
 // kBlockTopKMax).
-// kW: warps a block per row group (8, or 16: half the blocks); kSplit: warps per row (a block of
-// kSplit * kW warps, kW x R rows); the kSplit
-// partial sums of a row are added in shared memory, in a fixed order. Dense mode only.
+// kW: warps a block per row group (8, or 16: half the blocks). kSplit: warps per row (a block of
+// kSplit * kW warps, kW x R rows); the kSplit partial sums of a row are added in shared memory, in
+// a fixed order. Dense mode only.
 // y_new (NB 1, not null): each row's new y value (after `accumulate`) also goes to
 // y_new[warp * R + r], the block's rows in order (gemv_route_partials' tail reads them).
 // kPipe: two passes in flight, the next pass's loads issued before this pass's dots (twice the
