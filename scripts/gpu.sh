@@ -100,7 +100,7 @@ if [[ "$what" == sweep ]]; then
   IFS=, read -r -a values <<< "${FLINT_SWEEP_VALUES:?gpu.sh sweep: set FLINT_SWEEP_VALUES (a,b,...)}"
   [[ "$var" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || { echo "gpu.sh sweep: bad variable name '$var'"; exit 1; }
   for v in "${values[@]}"; do
-    [[ "$v" =~ ^[A-Za-z0-9_.]+$ ]] || { echo "gpu.sh sweep: values are [A-Za-z0-9_.]+, got '$v'"; exit 1; }
+    [[ "$v" =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gpu.sh sweep: values are [A-Za-z0-9_.-]+, got '$v'"; exit 1; }
   done
   [[ " $* " == *" --prefill "* ]] || set -- "$@" --prefill 0
   rounds="${FLINT_AB_ROUNDS:-2}"

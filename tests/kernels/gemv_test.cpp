@@ -92,17 +92,17 @@ TEST(Gemv, OneRowLongerThanAPassMatchesCpuLinear) {
   check_gemv(DType::kBF16, 1, 1031, 1096, 1.0f);
 }
 
-// One row over more blocks of 8 output rows than an H200 holds at once (5123 rows: 641 blocks
-// against 528 resident, like the qkv projection), with and without the fused RMSNorm: the rows
-// past the first wave match cpu::linear like the others. NVFP4 gives each warp two rows (321
-// blocks, one wave), the last block's second rows partly past the end; BF16, and two activation
-// rows, keep the plain grid and its second wave.
+// One row over more blocks of 8 output rows than an H100/H200 holds at once (5123 rows: 641
+// blocks against 528 resident, like the qkv projection), with and without the fused RMSNorm: the
+// rows past the first wave match cpu::linear like the others. NVFP4 gives each warp two rows (321
+// blocks, one wave), the last block's second rows partly past the end. F32 and BF16 run in every
+// one-wave mode (gemv.h's kGemvWave*; 0 is the plain grid and its second wave): 1024 wide, a pass
+// of four chunks a lane a row; 2048, two; 2056 (BF16) and 1036 (F32), three, the last of one or
+// three chunks, so that a warp's passes span rows and end inside one. Two activation rows keep the
+// plain grid.
 TEST(Gemv, OneRowOverMoreThanAWaveOfBlocksMatchesCpuLinear) {
   FLINT_REQUIRE_GPU();
-  check_gemv(DType::kNVFP4, 1, 5123, 2048, 0.5f);
-  check_gemv(DType::kNVFP4, 2, 5123, 2048, 0.5f);
-  check_gemv(DType::kBF16, 1, 5123, 1024, 1.0f);
-  for (DType dt : {DType::kBF16, DType::kNVFP4}) {
+  const auto normed = [](DType dt) {
     SCOPED_TRACE(fmt::format("normed dtype={}", dt));
     const int64_t out = 5123, in = 2048;
     const auto wb = random_weight(dt, out, in, 71);
@@ -119,6 +119,17 @@ TEST(Gemv, OneRowOverMoreThanAWaveOfBlocksMatchesCpuLinear) {
     DeviceArray<float> dx(x), dnw(nw), dy(out);
     gemv(dy.get(), out, dx.get(), in, 1, *ref, false, nullptr, GemvNorm{dnw.get(), 1e-6f});
     EXPECT_LE(testing::worst_ratio(dy.to_host(), want, 1e-4, 1e-4), 1.0);
+  };
+  check_gemv(DType::kNVFP4, 1, 5123, 2048, 0.5f);
+  check_gemv(DType::kNVFP4, 2, 5123, 2048, 0.5f);
+  normed(DType::kNVFP4);
+  for (const int mode : {0, 4, 2, 5, -4}) {
+    SCOPED_TRACE(fmt::format("wave mode {}", mode));
+    testing::WaveMode wave(mode);
+    check_gemv(DType::kBF16, 1, 5123, 1024, 1.0f);
+    check_gemv(DType::kBF16, 1, 5123, 2056, 1.0f);
+    check_gemv(DType::kF32, 1, 5123, 1036, 1.0f);
+    normed(DType::kBF16);
   }
 }
 

@@ -31,6 +31,16 @@ struct NarrowMode {
   NarrowMode& operator=(const NarrowMode&) = delete;
 };
 
+// Sets where the one-row GEMV runs as one wave (gemv.h's kGemvWave* modes) for a scope, and puts
+// back what was there.
+struct WaveMode {
+  int before;
+  explicit WaveMode(int mode) : before(set_gemv_wave(mode)) {}
+  ~WaveMode() { set_gemv_wave(before); }
+  WaveMode(const WaveMode&) = delete;
+  WaveMode& operator=(const WaveMode&) = delete;
+};
+
 template <typename T>
 class DeviceArray {
  public:

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <string>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/kernels/gemv.h"
@@ -388,6 +389,158 @@ bool try_two_rows(const GemvArgs& a, int groups, cudaStream_t s) {
   return true;
 }
 
+// A one-row F32/BF16 dense GEMV whose one-row-a-warp grid needs a second wave (BF16's qkv
+// projection: 640 blocks of 8 rows against 528 resident) as one wave of G resident blocks, the
+// work spread evenly: block b takes rows [b out / G, (b + 1) out / G) (9 or 10 of the qkv's 5120
+// at G 528), and its rows' passes of 32 x U chunks (two a 2048-wide BF16 row at U 4) are shared
+// out among its 8 warps in order (2 or 3 each there), so that no warp reads more than 1.5 rows
+// (U 4; 1.25 at U 2) where the plain grid's second wave reads a whole row more after the first.
+// A warp's passes lie next to each other in memory: it loads the first before the PDL wait and
+// requests the rest into L2 (args.l2_rest). Each stretch of a row in one warp leaves its warp sum
+// in shared memory at the index of its first pass; thread i then adds row i's passes in order.
+// The plain grid's second-wave blocks (112 x 8 rows) start only once first-wave blocks have
+// ended, and load all their weights after that: the qkv's last warps ended 3.5 us after block 0
+// (H200, --ktrace, thirty-fifth session). Not yet run on a GPU: off by default (gemv.h's
+// kGemvWaveDefault; docs/PERFORMANCE.md, forty-seventh session, says how to measure it).
+constexpr int kWaveMaxParts = 128;  // a block's rows x passes
+template <DType W, int U, int kB>
+__global__ void __launch_bounds__(dev::kGemvThreads, kB) gemv_wave_kernel(GemvArgs a) {
+  extern __shared__ float4 smem4[];
+  __shared__ float part[kWaveMaxParts];
+  dev::ktrace_begin(KTag::kGemv);
+  dev::pdl_launch_dependents();
+  using C = dev::Chunk<W>;
+  float* xs = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t K = a.a.in, out = a.a.out, nc = K / C::kElems, PK = dev::padded_len(K);
+  constexpr int64_t kStep = int64_t(32) * U;  // chunks a pass
+  const int P = static_cast<int>((nc + kStep - 1) / kStep);
+  const int64_t G = gridDim.x, b = blockIdx.x;
+  const int64_t rb0 = b * out / G, rows = (b + 1) * out / G - rb0;
+  const int units = static_cast<int>(rows) * P;
+  const int u0 = warp * units / dev::kGemvWarps, u1 = (warp + 1) * units / dev::kGemvWarps;
+  for (int i = threadIdx.x; i < units; i += blockDim.x)
+    part[i] = 0.0f;  // before stage_rows' barrier
+  C w[U];
+  auto load = [&](int u) {
+    const int64_t row = rb0 + u / P, base = int64_t(u % P) * kStep;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t c = base + lane + 32 * k;
+      if (c < nc) w[k].load(a.a, row, c);
+    }
+  };
+  if (u0 < u1) {
+    load(u0);  // weights do not depend on earlier kernels: fetch them before the wait
+    if (a.l2_rest && u0 + 1 < u1) {
+      // Chunk offsets from the block's first row: units u0 + 1 .. u1 - 1, one stretch of memory.
+      auto chunk_of = [&](int u) { return int64_t(u / P) * nc + int64_t(u % P) * kStep; };
+      const int64_t end =
+          int64_t((u1 - 1) / P) * nc + std::min(nc, int64_t((u1 - 1) % P + 1) * kStep);
+      dev::l2_lines(static_cast<const uint8_t*>(a.a.w) + rb0 * nc * 16, chunk_of(u0 + 1) * 16,
+                    end * 16, lane, 32);
+    }
+  }
+  dev::NormPrefetch pf;
+  dev::prefetch_norm(pf, a.norm, K);
+  dev::ktrace_mark(kKtWaitBegin);
+  dev::pdl_wait();
+  dev::ktrace_mark(kKtWaitEnd);
+  const int64_t xrow[1] = {a.x_rows != nullptr ? int64_t(a.x_rows[0]) : 0};
+  dev::stage_rows<1>(xs, PK, a.x, a.x_stride, xrow, 1, K, a.norm, pf);
+  dev::ktrace_mark(kKtMarkB);
+  float acc = 0.0f;
+  for (int u = u0; u < u1; ++u) {
+    if (u > u0) load(u);
+    const int64_t base = int64_t(u % P) * kStep;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t c = base + lane + 32 * k;
+      if (c < nc) acc += w[k].dot(xs + dev::pad_idx(c * C::kElems), nullptr);
+    }
+    if (u + 1 == u1 || (u + 1) % P == 0) {  // the end of this warp's stretch of a row
+      const float s = dev::warp_sum(acc);
+      if (lane == 0) part[std::max(u0, u / P * P)] = s;
+      acc = 0.0f;
+    }
+  }
+  dev::ktrace_mark(kKtMarkC);
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    float v = 0.0f;
+    for (int p = 0; p < P; ++p) v += part[threadIdx.x * P + p];
+    const int64_t row = rb0 + threadIdx.x;
+    v *= dev::row_scale(a.a, row);
+    if (a.norm != nullptr) v *= dev::staged_inv<1, dev::kGemvWarps>(0, K, a.eps);
+    float* yp = a.y + row;
+    *yp = a.accumulate ? *yp + v : v;
+  }
+  dev::ktrace_end();
+}
+
+// Where gemv_wave_kernel runs (gemv.h's kGemvWave* modes): kGemvWaveDefault unless FLINT_GEMV_WAVE
+// (read at the first GEMV that could take it) or set_gemv_wave says otherwise.
+std::atomic<int> g_wave_mode{kGemvWaveUnset};
+int wave_mode() {
+  int m = g_wave_mode.load(std::memory_order_relaxed);
+  if (m == kGemvWaveUnset) {
+    m = kGemvWaveDefault;
+    if (const char* v = std::getenv("FLINT_GEMV_WAVE")) {
+      const Result<int> parsed = parse_gemv_wave(v);
+      FLINT_CHECK(parsed.has_value(), "{}", parsed.error().message);
+      m = *parsed;
+    }
+    g_wave_mode.store(m, std::memory_order_relaxed);
+  }
+  return m;
+}
+
+template <DType W, int U, int kB = 4>
+bool launch_wave(GemvArgs a, bool l2, cudaStream_t s) {
+  const auto kernel = gemv_wave_kernel<W, U, kB>;
+  static const bool configured = [kernel] {
+    FLINT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  // Resident blocks at this row's staging size (kB 5 does not fit five of kOneRowSmemCap an SM).
+  // Device attributes only (safe while a graph is captured); launches run at capture time.
+  const size_t smem = dev::padded_len(a.a.in) * sizeof(float);
+  int per_sm = 0;
+  FLINT_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, dev::kGemvThreads, smem));
+  const int64_t resident = int64_t(per_sm) * device_sm_count();
+  const int64_t passes = ceil_div(a.a.in / dev::Chunk<W>::kElems, int64_t(32) * U);
+  if (resident == 0 || a.a.out > 2 * dev::kGemvWarps * resident ||
+      ceil_div(a.a.out, resident) * passes > kWaveMaxParts) {
+    return false;
+  }
+  a.l2_rest = a.l2_rest && l2;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(resident)), dim3(dev::kGemvThreads), smem, s, a);
+  return true;
+}
+
+// gemv_wave_kernel, where it serves: one dense activation row whose plain grid of 8-row blocks
+// needs more than one wave (but less than two rows a warp), its row staged within kOneRowSmemCap.
+template <DType W>
+bool try_wave(const GemvArgs& a, cudaStream_t s) {
+  const int mode = wave_mode();
+  if (mode == 0 || a.expert_ids != nullptr || a.num_rows != 1 ||
+      dev::padded_len(a.a.in) * sizeof(float) > kOneRowSmemCap ||
+      ceil_div(a.a.out, dev::kGemvWarps) <= resident_one_row<W, 1>()) {
+    return false;
+  }
+  switch (std::abs(mode)) {
+    case 2:
+      return launch_wave<W, 2>(a, mode > 0, s);
+    case 5:
+      return launch_wave<W, 2, 5>(a, mode > 0, s);
+    default:
+      return launch_wave<W, 4>(a, mode > 0, s);
+  }
+}
+
 // gemv_route_partials: the one-row GEMV of gemv_kernel (kSplit 1) or gemv_split_kernel (kSplit
 // 2), then the tail. The router's [E, 8] slice of the block's 8 rows (16 bytes an expert in BF16,
 // 32 in F32) and the 8 norm weights are copied to shared memory with cp.async before the PDL
@@ -516,6 +669,9 @@ void launch_nb(const GemvArgs& a, int groups, cudaStream_t s) {
   if constexpr (NB == 1 && !kGated && W == DType::kBF16) {
     if (try_split<W>(a, s)) return;
   }
+  if constexpr (NB == 1 && !kGated && (W == DType::kBF16 || W == DType::kF32)) {
+    if (try_wave<W>(a, s)) return;
+  }
   if constexpr (NB == 1 && !kGated && W == DType::kNVFP4) {
     if (try_two_rows<W>(a, groups, s)) return;
   }
@@ -614,6 +770,22 @@ Result<unsigned> parse_gemv_narrow(std::string_view text) {
 unsigned set_gemv_narrow(unsigned mode) {
   const unsigned before = narrow_mode();
   g_narrow_mode.store(mode == ~0u ? kNarrowDefault : mode, std::memory_order_relaxed);
+  return before;
+}
+
+Result<int> parse_gemv_wave(std::string_view text) {
+  for (const int m : {0, 4, 2, 5, -4, -2, -5}) {
+    if (text == std::to_string(m)) return m;
+  }
+  return Error{ErrorCode::kInvalidArgument,
+               fmt::format("FLINT_GEMV_WAVE must be 0, 4, 2, 5, -4, -2 or -5 (gemv.h's "
+                           "kGemvWave* modes), got '{}'",
+                           text)};
+}
+
+int set_gemv_wave(int mode) {
+  const int before = wave_mode();
+  g_wave_mode.store(mode == kGemvWaveUnset ? kGemvWaveDefault : mode, std::memory_order_relaxed);
   return before;
 }
 

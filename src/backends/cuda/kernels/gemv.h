@@ -98,6 +98,23 @@ unsigned set_gemv_narrow(unsigned mode);
 // the variable. An unusable value stops the first GEMV with that message.
 Result<unsigned> parse_gemv_narrow(std::string_view text);
 
+// The one-wave GEMV (gemv.cu's gemv_wave_kernel): one dense activation row of F32/BF16 weights
+// whose plain grid of 8-row blocks needs a second wave (BF16's qkv projection: 640 blocks against
+// 528 resident on an H100/H200) runs as one wave of resident blocks, each block's rows' passes
+// shared out evenly among its warps. Modes: 0 off (the plain grid); 4 or 2, passes of that many
+// 16-byte chunks a lane at four blocks an SM; 5, passes of two at five blocks an SM; negative, as
+// the positive mode without requesting a warp's later passes into L2 before the PDL wait. Written
+// in the forty-seventh session, when no device was lent: not yet run or timed on a GPU, so off by
+// default. FLINT_GEMV_WAVE=<mode> replaces the default (read at the first GEMV that could take
+// it), for experiments, and so does set_gemv_wave (tests), which returns the mode it replaced
+// (kGemvWaveUnset: back to the default).
+inline constexpr int kGemvWaveDefault = 0;
+inline constexpr int kGemvWaveUnset = 1;
+int set_gemv_wave(int mode);
+// FLINT_GEMV_WAVE's value: one of the modes above in decimal, or kInvalidArgument naming the
+// variable. An unusable value stops the first GEMV that reads it with that message.
+Result<int> parse_gemv_wave(std::string_view text);
+
 // Rows per pass of the small-batch kernels.
 inline constexpr int kGemvMaxRows = 8;
 // gemv() and gemv_gated() of at least this many rows run on tensor cores (NVFP4 and BF16 weights;
