@@ -21,25 +21,20 @@
 
 namespace flint::cuda::testing {
 
-// Sets where the GEMVs take the narrow tensor-core path (gemv.h's kNarrow* bits) for a scope, and
-// puts back what was there.
-struct NarrowMode {
-  unsigned before;
-  explicit NarrowMode(unsigned mode) : before(set_gemv_narrow(mode)) {}
-  ~NarrowMode() { set_gemv_narrow(before); }
-  NarrowMode(const NarrowMode&) = delete;
-  NarrowMode& operator=(const NarrowMode&) = delete;
+// Sets a GEMV experiment mode through its setter (which returns the mode it replaced) for a
+// scope, and puts back what was there.
+template <typename T, T (*kSet)(T)>
+struct ScopedMode {
+  T before;
+  explicit ScopedMode(T mode) : before(kSet(mode)) {}
+  ~ScopedMode() { kSet(before); }
+  ScopedMode(const ScopedMode&) = delete;
+  ScopedMode& operator=(const ScopedMode&) = delete;
 };
-
-// Sets where the one-row GEMV runs as one wave (gemv.h's kGemvWave* modes) for a scope, and puts
-// back what was there.
-struct WaveMode {
-  int before;
-  explicit WaveMode(int mode) : before(set_gemv_wave(mode)) {}
-  ~WaveMode() { set_gemv_wave(before); }
-  WaveMode(const WaveMode&) = delete;
-  WaveMode& operator=(const WaveMode&) = delete;
-};
+// Where the GEMVs take the narrow tensor-core path (gemv.h's kNarrow* bits).
+using NarrowMode = ScopedMode<unsigned, set_gemv_narrow>;
+// Where the one-row GEMV runs as one wave (gemv.h's kGemvWave* modes).
+using WaveMode = ScopedMode<int, set_gemv_wave>;
 
 template <typename T>
 class DeviceArray {

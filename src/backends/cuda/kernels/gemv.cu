@@ -198,21 +198,30 @@ bool try_mma(const GemvArgs& a, cudaStream_t s) {
   return true;
 }
 
+// An experiment mode kept in `slot`: while it holds `unset`, the first call stores `fallback`, or
+// the environment variable `var` parsed by `parse` where it is set (an unusable value stops with
+// parse's message).
+template <typename T>
+T env_mode(std::atomic<T>& slot, T unset, T fallback, const char* var,
+           Result<T> (*parse)(std::string_view)) {
+  T m = slot.load(std::memory_order_relaxed);
+  if (m == unset) {
+    m = fallback;
+    if (const char* v = std::getenv(var)) {
+      const Result<T> parsed = parse(v);
+      FLINT_CHECK(parsed.has_value(), "{}", parsed.error().message);
+      m = *parsed;
+    }
+    slot.store(m, std::memory_order_relaxed);
+  }
+  return m;
+}
+
 // Where the narrow path runs (gemv.h's kNarrow* bits): kNarrowDefault unless FLINT_NARROW (read
 // at the first GEMV) or set_gemv_narrow says otherwise.
 std::atomic<unsigned> g_narrow_mode{~0u};
 unsigned narrow_mode() {
-  unsigned m = g_narrow_mode.load(std::memory_order_relaxed);
-  if (m == ~0u) {
-    m = kNarrowDefault;
-    if (const char* v = std::getenv("FLINT_NARROW")) {
-      const Result<unsigned> parsed = parse_gemv_narrow(v);
-      FLINT_CHECK(parsed.has_value(), "{}", parsed.error().message);
-      m = *parsed;
-    }
-    g_narrow_mode.store(m, std::memory_order_relaxed);
-  }
-  return m;
+  return env_mode(g_narrow_mode, ~0u, kNarrowDefault, "FLINT_NARROW", parse_gemv_narrow);
 }
 // Whether the narrow path serves a GEMV of `rows` activation rows of W.
 bool narrow_on(DType W, int rows) {
@@ -482,17 +491,8 @@ __global__ void __launch_bounds__(dev::kGemvThreads, kB) gemv_wave_kernel(GemvAr
 // (read at the first GEMV that could take it) or set_gemv_wave says otherwise.
 std::atomic<int> g_wave_mode{kGemvWaveUnset};
 int wave_mode() {
-  int m = g_wave_mode.load(std::memory_order_relaxed);
-  if (m == kGemvWaveUnset) {
-    m = kGemvWaveDefault;
-    if (const char* v = std::getenv("FLINT_GEMV_WAVE")) {
-      const Result<int> parsed = parse_gemv_wave(v);
-      FLINT_CHECK(parsed.has_value(), "{}", parsed.error().message);
-      m = *parsed;
-    }
-    g_wave_mode.store(m, std::memory_order_relaxed);
-  }
-  return m;
+  return env_mode(g_wave_mode, kGemvWaveUnset, kGemvWaveDefault, "FLINT_GEMV_WAVE",
+                  parse_gemv_wave);
 }
 
 template <DType W, int U, int kB = 4>
